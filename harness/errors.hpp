@@ -1,0 +1,30 @@
+// errors.hpp: the failure categories that main turns into exit codes.
+//
+// Deep code throws one of these; nothing below main calls exit(). InputError carries what a user
+// needs to fix a file: which file, where in it (a JSON pointer), and what would be valid.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace bih {
+
+enum class ExitCode : int { ok = 0, conformance_failure = 1, usage_error = 2, infrastructure = 3 };
+
+// Bad user input: a malformed file, an unknown key, a value out of range. Exit code 2.
+class InputError : public std::runtime_error {
+ public:
+  explicit InputError(const std::string& message) : std::runtime_error(message) {}
+  // "FILE: at /json/pointer: MESSAGE"
+  InputError(const std::string& file, const std::string& pointer, const std::string& message)
+      : std::runtime_error(file + ": at " + (pointer.empty() ? std::string("/") : pointer) + ": " +
+                           message) {}
+};
+
+// The machine failed us: a worker crashed, a file could not be written. Exit code 3.
+class InfraError : public std::runtime_error {
+ public:
+  explicit InfraError(const std::string& message) : std::runtime_error(message) {}
+};
+
+}  // namespace bih

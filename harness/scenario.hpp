@@ -1,0 +1,80 @@
+// scenario.hpp: one fully resolved configuration, and its canonical id.
+//
+// A Scenario is what a scenario file (DESIGN.md, "A scenario file") resolves to once defaults are
+// filled in, --set overrides applied and everything validated. Its id() is the stable string of
+// its knobs, e.g. "tp=4,sp=on(min=1),ar=tree,rs=ring,graph=full,prefix=off,kernels=invariant,
+// model=tiny": the scenario's name in file names, report keys, filters and JUnit cases.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/verdict.hpp"
+#include "models/knobs.hpp"
+
+namespace bih {
+
+struct ModelSpec {
+  std::string preset = "tiny";  // empty when path is set
+  std::string path;             // Hugging Face checkpoint folder
+  uint64_t seed = 0;            // synthetic weights' seed
+};
+
+struct PromptSpec {
+  int count = 64;
+  int min_len = 8;
+  int max_len = 48;
+  uint64_t seed = 0;
+  std::string file;  // JSON: [[token ids], ...]; when set, count/min_len/max_len/seed are unused
+};
+
+struct PlanSpec {
+  PromptSpec prompts;
+  int max_tokens = 24;                   // greedy tokens generated per prompt, EOS ignored
+  std::vector<int> batch_sizes{1, 64};   // the first is the reference; the last is repeated
+  int repeats = 2;                       // runs of the last batch size in one process
+  bool fresh_process = false;            // one more run of the last batch size in a new process
+  int max_model_len = 512;
+  int max_num_seqs = 64;
+};
+
+struct Scenario {
+  std::string name;         // free text
+  std::string source_file;  // where it came from, for messages
+  ModelSpec model;
+  Backend backend = Backend::cpu;
+  int tp = 1;
+  RankKind ranks = RankKind::emulated;
+  std::vector<int> ring_order;  // empty: 0..tp-1
+  bool sp_enabled = false;
+  int sp_min_tokens = 1;
+  ReduceOrder all_reduce = ReduceOrder::tree;
+  ReduceOrder reduce_scatter = ReduceOrder::ring;
+  ReduceOrder all_gather = ReduceOrder::ring;
+  std::map<std::string, std::string> nccl_env;
+  KernelFamily kernels = KernelFamily::invariant;
+  GraphMode graph_mode = GraphMode::none;
+  std::vector<int> capture_sizes{1, 2, 4, 8, 16, 32, 64};
+  bool prefix_caching = false;
+  int block_size = 16;
+  int chunked_prefill_max_tokens = 0;  // 0: off
+  PlanSpec plan;
+  double timeout_s = 600;
+  std::optional<Verdict> expect;
+  std::string fault;  // test-only ("debug.fault"): "", "crash", "abort", "hang", "exit"
+
+  std::string id() const;
+  nlohmann::json to_json() const;  // the resolved scenario, every key present
+};
+
+// Parses and validates one scenario object. `file` names the source in errors; `pointer` is the
+// JSON pointer of `j` inside that file. Throws InputError.
+Scenario scenario_from_json(const nlohmann::json& j, const std::string& file,
+                            const std::string& pointer = "");
+
+}  // namespace bih

@@ -1,0 +1,31 @@
+// verdict.hpp: the five outcomes of a scenario (DESIGN.md, "Words").
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace bih {
+
+enum class Verdict { invariant, batch_variant, nondeterministic, error, unsupported };
+
+inline std::string to_string(Verdict v) {
+  switch (v) {
+    case Verdict::invariant: return "invariant";
+    case Verdict::batch_variant: return "batch_variant";
+    case Verdict::nondeterministic: return "nondeterministic";
+    case Verdict::error: return "error";
+    case Verdict::unsupported: return "unsupported";
+  }
+  return "?";
+}
+
+inline std::optional<Verdict> parse_verdict(std::string_view s) {
+  for (Verdict v : {Verdict::invariant, Verdict::batch_variant, Verdict::nondeterministic,
+                    Verdict::error, Verdict::unsupported}) {
+    if (s == to_string(v)) return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace bih

@@ -1,0 +1,67 @@
+// weights.hpp: a Qwen3 model's weights in bf16, from a seed or a Hugging Face checkpoint.
+//
+// Tensor names and layouts are HF's (model.layers.{i}.self_attn.q_proj.weight is [q_size, hidden],
+// row-major, out x in). Synthetic weights are counter-based (value i of tensor t is a function of
+// seed, t's name and i), so any backend regenerates them bit for bit without a host copy.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/bf16.hpp"
+#include "models/config.hpp"
+
+namespace bih {
+
+struct LayerWeights {
+  std::vector<bf16> input_layernorm;           // [H]
+  std::vector<bf16> q_proj;                    // [heads*hd, H]
+  std::vector<bf16> k_proj;                    // [kv_heads*hd, H]
+  std::vector<bf16> v_proj;                    // [kv_heads*hd, H]
+  std::vector<bf16> q_norm;                    // [hd]
+  std::vector<bf16> k_norm;                    // [hd]
+  std::vector<bf16> o_proj;                    // [H, heads*hd]
+  std::vector<bf16> post_attention_layernorm;  // [H]
+  std::vector<bf16> gate_proj;                 // [I, H]
+  std::vector<bf16> up_proj;                   // [I, H]
+  std::vector<bf16> down_proj;                 // [H, I]
+};
+
+struct ModelWeights {
+  ModelConfig config;
+  std::vector<bf16> embed_tokens;  // [V, H]
+  std::vector<LayerWeights> layers;
+  std::vector<bf16> norm;     // [H]
+  std::vector<bf16> lm_head;  // [V, H]; empty when config.tie_word_embeddings
+
+  const std::vector<bf16>& output_embedding() const {
+    return config.tie_word_embeddings ? embed_tokens : lm_head;
+  }
+};
+
+// Normal(0, 0.02) for linear and embedding weights, 1.0 for norm weights (HF's init).
+ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed);
+
+// The value synthetic_weights puts at index i of the tensor named `tensor_name` (HF name).
+float synthetic_normal(uint64_t seed, const std::string& tensor_name, uint64_t i);
+
+// Reads config.json and the safetensors file(s) of `folder` (model.safetensors, or the shards of
+// model.safetensors.index.json). bf16, f16 and f32 tensors are accepted and stored as bf16.
+// Throws InputError naming the file and tensor on anything missing or mis-shaped.
+ModelWeights load_checkpoint(const std::string& folder);
+
+// Writes config.json and model.safetensors (bf16) to `folder`; with max_shard_bytes > 0, shards
+// model-0000i-of-0000n.safetensors plus model.safetensors.index.json.
+void save_checkpoint(const ModelWeights& weights, const std::string& folder,
+                     uint64_t max_shard_bytes = 0);
+
+// Hex digest of every tensor's name, shape and bits: identifies the weights in a report.
+std::string weights_hash(const ModelWeights& weights);
+
+// A straightforward fp64 forward of one sequence (no KV cache, no TP, no bf16 rounding after the
+// weights are widened): logits[T, V] for every position of `tokens`. The numerical reference.
+std::vector<double> reference_logits_fp64(const ModelWeights& weights,
+                                          const std::vector<int32_t>& tokens);
+
+}  // namespace bih
