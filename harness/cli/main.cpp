@@ -1,0 +1,2 @@
+// main.cpp: placeholder until the CLI lands.
+int main() { return 0; }
