@@ -1,0 +1,128 @@
+#include "harness/child_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <fstream>
+
+#include <fmt/core.h>
+
+#include "harness/errors.hpp"
+
+namespace bih {
+
+std::string ChildResult::describe() const {
+  if (timed_out) return fmt::format("timed out after {:.0f} s and was killed", wall_s);
+  if (signaled) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
+  return fmt::format("exited with status {}", exit_code);
+}
+
+std::string self_executable() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw InfraError("cannot read /proc/self/exe: " + std::string(strerror(errno)));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string tail_of_file(const std::string& path, int lines) {
+  std::ifstream in(path);
+  std::deque<std::string> last;
+  std::string line;
+  while (std::getline(in, line)) {
+    last.push_back(line);
+    if (static_cast<int>(last.size()) > lines) last.pop_front();
+  }
+  std::string out;
+  for (const auto& l : last) out += l + "\n";
+  return out;
+}
+
+ChildResult run_child(const std::vector<std::string>& argv, const std::string& stderr_file,
+                      double timeout_s, const std::function<void(const std::string&)>& on_line) {
+  int out_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+    throw InfraError("pipe() failed: " + std::string(strerror(errno)));
+  }
+  const int err_fd = open(stderr_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (err_fd < 0) {
+    throw InfraError("cannot create " + stderr_file + ": " + std::string(strerror(errno)));
+  }
+  std::vector<char*> cargv;
+  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
+  cargv.push_back(nullptr);
+
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  if (pid < 0) throw InfraError("fork() failed: " + std::string(strerror(errno)));
+  if (pid == 0) {
+    setpgid(0, 0);  // its own group, so a timeout kills the worker and anything it started
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_fd, STDERR_FILENO);
+    execv(cargv[0], cargv.data());
+    dprintf(STDERR_FILENO, "exec %s failed: %s\n", cargv[0], strerror(errno));
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  close(out_pipe[1]);
+  close(err_fd);
+
+  ChildResult result;
+  std::string pending;
+  bool pipe_open = true;
+  int status = 0;
+  bool exited = false;
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  while (!exited) {
+    if (pipe_open) {
+      pollfd pfd{out_pipe[0], POLLIN, 0};
+      if (poll(&pfd, 1, 100) > 0) {
+        char buf[4096];
+        const ssize_t n = read(out_pipe[0], buf, sizeof(buf));
+        if (n <= 0) {
+          pipe_open = false;
+        } else {
+          pending.append(buf, static_cast<size_t>(n));
+          size_t nl;
+          while ((nl = pending.find('\n')) != std::string::npos) {
+            if (on_line) on_line(pending.substr(0, nl));
+            pending.erase(0, nl + 1);
+          }
+        }
+      }
+    } else {
+      usleep(50 * 1000);
+    }
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) {
+      exited = true;
+    } else if (timeout_s > 0 && elapsed() > timeout_s) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      result.timed_out = true;
+      exited = true;
+    }
+  }
+  close(out_pipe[0]);
+  result.wall_s = elapsed();
+  if (!result.timed_out) {
+    if (WIFSIGNALED(status)) {
+      result.signaled = true;
+      result.signal = WTERMSIG(status);
+    } else if (WIFEXITED(status)) {
+      result.exit_code = WEXITSTATUS(status);
+    }
+  }
+  kill(-pid, SIGKILL);  // anything the worker left behind in its group
+  return result;
+}
+
+}  // namespace bih

@@ -1,0 +1,210 @@
+#include "harness/driver.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include <fmt/core.h>
+
+#include "harness/atomic_file.hpp"
+#include "harness/child_process.hpp"
+#include "harness/environment.hpp"
+#include "harness/errors.hpp"
+#include "harness/generation.hpp"
+#include "harness/plan.hpp"
+#include "harness/report.hpp"
+#include "harness/scenario_file.hpp"
+#include "harness/table.hpp"
+#include "harness/worker.hpp"
+
+namespace fs = std::filesystem;
+
+namespace bih {
+namespace {
+
+// Why this build or machine cannot run the scenario; empty when it can.
+std::string unsupported_reason(const Scenario& s) {
+  if (s.backend == Backend::cuda) {
+    return "backend cuda: this build has no CUDA backend yet (the CPU backend runs backend=cpu "
+           "and backend=auto)";
+  }
+  if (s.ranks == RankKind::nccl) {
+    return fmt::format("ranks nccl at tp={}: real NCCL ranks need the CUDA backend and {} GPUs; "
+                       "they are never emulated silently (use parallel.ranks=emulated)",
+                       s.tp, s.tp);
+  }
+  return "";
+}
+
+Generation read_generation(const fs::path& path) {
+  return generation_from_json(read_json_file(path.string()), path.string());
+}
+
+std::string first_line(const std::string& text) {
+  const auto nl = text.find('\n');
+  return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+}  // namespace
+
+ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options,
+                             const std::function<void(const std::string&)>& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  ScenarioOutcome outcome;
+  outcome.id = scenario.id();
+  outcome.expect = scenario.expect;
+
+  // The worker reads the resolved scenario from another folder: anchor a relative prompts file.
+  Scenario resolved = scenario;
+  fs::path prompts_file = resolved.plan.prompts.file;
+  if (!prompts_file.empty() && prompts_file.is_relative()) {
+    resolved.plan.prompts.file =
+        fs::absolute(fs::path(scenario.source_file).parent_path() / prompts_file).string();
+  }
+  ReportInput report;
+  report.scenario = resolved.to_json();
+  report.id = outcome.id;
+  report.expect = scenario.expect;
+  report.environment = collect_environment();
+  report.model = {{"preset", scenario.model.preset.empty() ? nlohmann::json() : nlohmann::json(scenario.model.preset)},
+                  {"path", scenario.model.path.empty() ? nlohmann::json() : nlohmann::json(scenario.model.path)},
+                  {"seed", scenario.model.seed}};
+
+  const fs::path work = fs::path(options.out_dir) / "work" /
+                        fs::path(report_file_name(outcome.id)).stem();
+  auto finish = [&](Verdict verdict, std::string reason) {
+    outcome.verdict = verdict;
+    outcome.reason = std::move(reason);
+    outcome.wall_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.verdict = outcome.verdict;
+    report.reason = outcome.reason;
+    report.comparisons = outcome.comparisons;
+    report.wall_s = outcome.wall_s;
+    outcome.report_path = (fs::path(options.out_dir) / report_file_name(outcome.id)).string();
+    write_file_atomically(outcome.report_path, make_report(report).dump(2) + "\n");
+    if (!options.keep_work) {
+      std::error_code ec;
+      fs::remove_all(work, ec);
+    }
+    return outcome;
+  };
+
+  if (std::string why = unsupported_reason(scenario); !why.empty()) {
+    return finish(Verdict::unsupported, why);
+  }
+
+  std::error_code ec;
+  fs::remove_all(work, ec);
+  fs::create_directories(work);
+  const std::string scenario_file = (work / "scenario.json").string();
+  write_file_atomically(scenario_file, report.scenario.dump(2));
+
+  const Plan plan = make_plan(scenario.plan);
+  const std::string exe = self_executable();
+  auto launch = [&](bool fresh) -> std::string {
+    std::vector<std::string> argv{exe, "worker", "--scenario", scenario_file, "--work", work.string()};
+    if (fresh) argv.push_back("--fresh");
+    const std::string err_file = (work / (fresh ? "stderr-fresh.log" : "stderr.log")).string();
+    const ChildResult r = run_child(argv, err_file, scenario.timeout_s, [&](const std::string& line) {
+      if (line.rfind("@progress ", 0) == 0) progress((fresh ? "fresh process: " : "") + line.substr(10));
+    });
+    if (r.ok()) return "";
+    std::string tail = tail_of_file(err_file, 12);
+    return fmt::format("{} worker {}{}{}", fresh ? "fresh-process" : "scenario", r.describe(),
+                       tail.empty() ? "" : "; last lines of stderr:\n", tail);
+  };
+
+  if (std::string failure = launch(false); !failure.empty()) return finish(Verdict::error, failure);
+  if (!plan.fresh.empty()) {
+    if (std::string failure = launch(true); !failure.empty()) {
+      return finish(Verdict::error, failure);
+    }
+  }
+
+  try {
+    std::map<std::string, Generation> gens;
+    for (const auto* list : {&plan.in_process, &plan.fresh}) {
+      for (const GenerationSpec& spec : *list) {
+        gens[spec.label] = read_generation(work / generation_file_name(spec.label));
+        report.generations.push_back(timing_of(gens[spec.label]));
+      }
+    }
+    const nlohmann::json meta = read_json_file((work / "meta.json").string());
+    for (const auto& [key, value] : meta.at("model").items()) report.model[key] = value;
+    for (const ComparisonSpec& c : plan.comparisons) {
+      outcome.comparisons.push_back(
+          compare(gens.at(c.a), gens.at(c.b), c.kind, static_cast<size_t>(options.max_divergences)));
+    }
+  } catch (const std::exception& e) {
+    return finish(Verdict::error, std::string("reading the worker's output failed: ") + e.what());
+  }
+  return finish(decide_verdict(outcome.comparisons), "");
+}
+
+int run_command(const RunOptions& options) {
+  std::vector<Scenario> scenarios;
+  for (const std::string& file : options.files) {
+    ScenarioSet set = load_scenarios(file, options.sets);
+    for (Scenario& s : set.scenarios) scenarios.push_back(std::move(s));
+  }
+  scenarios = filter_scenarios(std::move(scenarios), options.only);
+  if (scenarios.empty()) {
+    throw InputError("no scenario matches the --only filters; `bih list FILE` prints the ids");
+  }
+  fs::create_directories(options.out_dir);
+
+  const bool tty = isatty(STDERR_FILENO);
+  const auto run_start = std::chrono::steady_clock::now();
+  std::vector<TableRow> rows;
+  int exit_code = 0;
+  for (size_t i = 0; i < scenarios.size(); ++i) {
+    const Scenario& s = scenarios[i];
+    const std::string prefix = fmt::format("[{}/{}] {}", i + 1, scenarios.size(), s.id());
+    std::string last_shown;
+    auto progress = [&](const std::string& phase) {
+      // On a terminal one line is rewritten; in a log each phase change is a line (no step spam).
+      if (tty) {
+        std::fprintf(stderr, "\r\033[K%s | %s", prefix.c_str(), phase.c_str());
+      } else {
+        const std::string head = phase.substr(0, phase.find(':'));
+        if (head == last_shown) return;
+        last_shown = head;
+        std::fprintf(stderr, "%s | %s\n", prefix.c_str(), phase.c_str());
+      }
+      std::fflush(stderr);
+    };
+    progress("starting");
+    const ScenarioOutcome o = run_scenario(s, options, progress);
+    std::fprintf(stderr, "%s%s -> %s (%.1f s)%s\n", tty ? "\r\033[K" : "", prefix.c_str(),
+                 to_string(o.verdict).c_str(), o.wall_s,
+                 o.reason.empty() ? "" : (": " + first_line(o.reason)).c_str());
+    TableRow row;
+    row.id = o.id;
+    row.verdict = o.verdict;
+    row.expect = o.expect;
+    row.wall_s = o.wall_s;
+    for (const Comparison& c : o.comparisons) {
+      if (c.kind == "batch" && row.batch_summary.empty()) row.batch_summary = summarize(c);
+      if (c.kind != "batch" && (row.repeat_summary.empty() || !c.identical())) {
+        row.repeat_summary = summarize(c);
+      }
+    }
+    rows.push_back(row);
+    const Verdict wanted = o.expect.value_or(Verdict::invariant);
+    if (o.verdict != wanted) {
+      exit_code = std::max(exit_code, o.verdict == Verdict::error ? 3 : 1);
+    }
+  }
+  const double total_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  std::printf("%s", render_table(rows, should_use_color(STDOUT_FILENO)).c_str());
+  std::printf("%zu scenario(s) in %.1f s; reports in %s\n", scenarios.size(), total_s,
+              options.out_dir.c_str());
+  return exit_code;
+}
+
+}  // namespace bih

@@ -1,0 +1,47 @@
+// driver.hpp: `bih run`, scenarios in, one report each and a table out.
+//
+// For each scenario: decide whether this machine can run it at all (`unsupported` otherwise, never
+// a silent downgrade), launch a worker process for its plan (and a second one for the fresh-process
+// run), diff the generation dumps bitwise, decide the verdict, write the report atomically. A worker
+// that crashes, aborts or overruns timeout_s gives an `error` verdict with the reason, and the run
+// goes on to the next scenario.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harness/diff.hpp"
+#include "harness/scenario.hpp"
+
+namespace bih {
+
+struct RunOptions {
+  std::vector<std::string> files;  // scenario or matrix files
+  std::vector<std::string> sets;   // --set key=value
+  std::vector<std::string> only;   // --only FILTER
+  std::string out_dir = "out";
+  bool keep_work = false;          // keep generation dumps under OUT/work/
+  int max_divergences = 16;
+};
+
+struct ScenarioOutcome {
+  std::string id;
+  Verdict verdict = Verdict::error;
+  std::optional<Verdict> expect;
+  std::vector<Comparison> comparisons;
+  std::string reason;
+  std::string report_path;
+  double wall_s = 0;
+  bool expectation_met() const { return !expect || *expect == verdict; }
+};
+
+// Runs one scenario end to end and writes its report. `progress` receives phase text.
+ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options,
+                             const std::function<void(const std::string&)>& progress);
+
+// `bih run`: every scenario of every file, the table on stdout. Returns the exit code: 0 when every
+// scenario meets its expectation (invariant where none is given), 1 when a verdict misses it, 3
+// when a scenario ended in `error` without expecting it. Throws InputError for bad files.
+int run_command(const RunOptions& options);
+
+}  // namespace bih

@@ -1,0 +1,170 @@
+#include "harness/worker.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include <fmt/core.h>
+
+#include "harness/atomic_file.hpp"
+#include "harness/errors.hpp"
+#include "harness/generation.hpp"
+#include "harness/plan.hpp"
+#include "harness/scenario.hpp"
+#include "harness/scenario_file.hpp"
+#include "models/comm/emulated.hpp"
+#include "models/engine.hpp"
+#include "models/weights.hpp"
+
+namespace bih {
+namespace {
+
+void progress(const std::string& text) {
+  std::printf("@progress %s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+// The test-only fault switch (debug.fault): fail the way a real worker can.
+void inject_fault(const std::string& fault) {
+  if (fault == "crash") {
+    std::raise(SIGSEGV);
+  } else if (fault == "abort") {
+    std::abort();
+  } else if (fault == "hang") {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  } else if (fault == "exit") {
+    std::fprintf(stderr, "bih worker: debug.fault=exit: exiting with status 7\n");
+    std::exit(7);
+  }
+}
+
+std::shared_ptr<const ModelWeights> build_model(const Scenario& s) {
+  if (!s.model.path.empty()) return std::make_shared<ModelWeights>(load_checkpoint(s.model.path));
+  auto config = preset_config(s.model.preset);
+  if (!config) throw InputError(s.source_file, "/model/preset", "unknown preset " + s.model.preset);
+  return std::make_shared<ModelWeights>(synthetic_weights(*config, s.model.seed));
+}
+
+EngineOptions engine_options(const Scenario& s) {
+  EngineOptions o;
+  o.kernels = s.kernels;
+  o.tp = s.tp;
+  o.sp_enabled = s.sp_enabled;
+  o.sp_min_tokens = s.sp_min_tokens;
+  o.graph_mode = s.graph_mode;
+  o.capture_sizes = s.capture_sizes;
+  o.prefix_caching = s.prefix_caching;
+  o.block_size = s.block_size;
+  o.chunked_prefill_max_tokens = s.chunked_prefill_max_tokens;
+  o.max_model_len = s.plan.max_model_len;
+  o.max_num_seqs = s.plan.max_num_seqs;
+  return o;
+}
+
+}  // namespace
+
+std::string generation_file_name(const std::string& label) {
+  std::string name = "gen-";
+  for (char ch : label) {
+    name += (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_') ? ch : '_';
+  }
+  return name + ".json";
+}
+
+int run_worker(const WorkerArgs& args) {
+  const nlohmann::json resolved = read_json_file(args.scenario_file);
+  const Scenario s = scenario_from_json(resolved, args.scenario_file);
+  const Plan plan = make_plan(s.plan);
+  const auto& gens = args.fresh ? plan.fresh : plan.in_process;
+
+  progress("loading model");
+  const auto load_start = std::chrono::steady_clock::now();
+  auto weights = build_model(s);
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const auto prompts = make_prompts(s.plan.prompts, weights->config.vocab_size, s.source_file);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (static_cast<int>(prompts[i].size()) + s.plan.max_tokens > s.plan.max_model_len) {
+      throw InputError(s.source_file, "/plan/max_model_len",
+                       fmt::format("prompt {} has {} tokens; with max_tokens {} it exceeds "
+                                   "max_model_len {}",
+                                   i, prompts[i].size(), s.plan.max_tokens, s.plan.max_model_len));
+    }
+  }
+
+  EmulatedGroup group(s.tp, CollectiveOrders{s.all_reduce, s.reduce_scatter, s.all_gather},
+                      s.ring_order);
+  std::vector<Communicator*> comms;
+  for (int r = 0; r < s.tp; ++r) comms.push_back(&group.rank(r));
+  Engine engine(weights, engine_options(s), comms);
+
+  nlohmann::json meta;
+  meta["model"] = {{"config", weights->config.name},
+                   {"preset", s.model.preset},
+                   {"path", s.model.path},
+                   {"seed", s.model.seed},
+                   {"weights_hash", weights_hash(*weights)},
+                   {"load_s", load_s}};
+  meta["communicator"] = group.describe();
+  meta["generations"] = nlohmann::json::array();
+
+  for (const GenerationSpec& spec : gens) {
+    if (spec.batch_size == s.plan.batch_sizes.back() && spec.repeat == 0) inject_fault(s.fault);
+    Generation g;
+    g.label = spec.label;
+    g.batch_size = spec.batch_size;
+    g.repeat = spec.repeat;
+    g.fresh_process = spec.fresh_process;
+    g.scenario_id = s.id();
+    g.sequences.resize(prompts.size());
+    const auto start = std::chrono::steady_clock::now();
+    const int total = static_cast<int>(prompts.size());
+    int done_before = 0;
+    GenerateStats stats;
+    for (size_t first = 0; first < prompts.size(); first += spec.batch_size) {
+      const size_t last = std::min(prompts.size(), first + spec.batch_size);
+      std::vector<std::vector<int32_t>> batch(prompts.begin() + first, prompts.begin() + last);
+      auto results = engine.generate(
+          batch, s.plan.max_tokens, &stats, [&](int64_t step, int finished, int in_batch) {
+            if (spec.batch_size > 1) {
+              progress(fmt::format("{}: step {}, {}/{} sequences done", spec.label, step,
+                                   done_before + finished, total));
+            }
+          });
+      for (size_t i = first; i < last; ++i) {
+        SequenceOutput& out = g.sequences[i];
+        out.prompt = prompts[i];
+        out.tokens = std::move(results[i - first].tokens);
+        out.logprobs = std::move(results[i - first].logprobs);
+      }
+      done_before = static_cast<int>(last);
+      if (spec.batch_size == 1 && (last % 8 == 0 || last == prompts.size())) {
+        progress(fmt::format("{}: {}/{} prompts", spec.label, last, total));
+      }
+    }
+    g.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    g.steps = stats.steps;
+    g.tokens_processed = stats.rows;
+    write_file_atomically((std::filesystem::path(args.work_dir) / generation_file_name(g.label)).string(),
+                          to_json(g).dump());
+    meta["generations"].push_back({{"label", g.label},
+                                   {"wall_s", g.wall_s},
+                                   {"steps", stats.steps},
+                                   {"rows", stats.rows},
+                                   {"real_rows", stats.real_rows},
+                                   {"sp_steps", stats.sp_steps},
+                                   {"prefix_hit_tokens", stats.prefix_hit_tokens}});
+  }
+  write_file_atomically(
+      (std::filesystem::path(args.work_dir) / (args.fresh ? "meta-fresh.json" : "meta.json"))
+          .string(),
+      meta.dump(2));
+  progress("done");
+  return 0;
+}
+
+}  // namespace bih

@@ -1,0 +1,383 @@
+#include "models/engine.hpp"
+
+#include <algorithm>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace bih {
+
+// One forward pass: the rows every rank runs, identical on all ranks.
+struct Engine::Step {
+  int rows_real = 0;    // M: real tokens
+  int rows_padded = 0;  // after graph padding, then SP padding to a multiple of tp
+  bool sp = false;
+  std::vector<int32_t> tokens;     // [rows_padded]
+  std::vector<int32_t> positions;  // [rows_padded]
+  std::vector<int64_t> slots;      // [rows_padded], -1 for padding
+  std::vector<cpu::AttentionQuery> queries;  // [rows_real]
+  int num_decode = 0;
+  std::vector<int> logit_rows;        // rows whose logits are computed
+  std::vector<bf16> logits;           // [logit_rows, V], written by rank 0
+  std::vector<int32_t> sampled;       // [logit_rows]
+  std::vector<float> sampled_logprob;  // [logit_rows]
+  bool sample = true;
+};
+
+struct Engine::RankState {
+  RankWeights weights;
+  std::vector<std::vector<bf16>> k_cache;  // per layer [num_blocks, block_size, kv_local, hd]
+  std::vector<std::vector<bf16>> v_cache;
+  std::vector<cpu::KvPool> pools;          // per layer
+};
+
+namespace {
+
+int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+int pool_blocks(const EngineOptions& o) {
+  const int per_seq = (o.max_model_len + o.block_size - 1) / o.block_size;
+  // With prefix caching, finished sequences' blocks stay cached for later requests.
+  return o.max_num_seqs * per_seq * (o.prefix_caching ? 2 : 1) + 1;
+}
+
+}  // namespace
+
+int graph_padded_rows(GraphMode mode, const std::vector<int>& capture_sizes, int rows) {
+  if (mode == GraphMode::none) return rows;
+  for (int size : capture_sizes) {
+    if (size >= rows) return size;
+  }
+  return rows;  // larger than every capture size: runs eagerly, unpadded
+}
+
+Engine::Engine(std::shared_ptr<const ModelWeights> weights, EngineOptions options,
+               std::vector<Communicator*> comms)
+    : weights_(std::move(weights)),
+      options_(std::move(options)),
+      comms_(std::move(comms)),
+      rope_(cpu::RopeTable::make(weights_->config.head_dim, weights_->config.rope_theta,
+                                 options_.max_model_len)),
+      blocks_(pool_blocks(options_), options_.block_size, options_.prefix_caching) {
+  if (static_cast<int>(comms_.size()) != options_.tp) {
+    throw std::invalid_argument("Engine: " + std::to_string(comms_.size()) +
+                                " communicators for tp=" + std::to_string(options_.tp));
+  }
+  const ModelConfig& c = weights_->config;
+  for (int r = 0; r < options_.tp; ++r) {
+    auto state = std::make_unique<RankState>();
+    state->weights = shard_for_rank(*weights_, r, options_.tp);
+    const size_t pool_elems = static_cast<size_t>(blocks_.num_blocks()) * options_.block_size *
+                              state->weights.kv_heads_local * c.head_dim;
+    for (int l = 0; l < c.num_layers; ++l) {
+      state->k_cache.emplace_back(pool_elems);
+      state->v_cache.emplace_back(pool_elems);
+    }
+    for (int l = 0; l < c.num_layers; ++l) {
+      state->pools.push_back(cpu::KvPool{state->k_cache[l].data(), state->v_cache[l].data(),
+                                         blocks_.num_blocks(), options_.block_size,
+                                         state->weights.kv_heads_local, c.head_dim});
+    }
+    ranks_.push_back(std::move(state));
+  }
+}
+
+Engine::~Engine() = default;
+
+void Engine::forward_rank(int rank, Step& step) {
+  const ModelConfig& c = weights_->config;
+  const RankWeights& w = ranks_[rank]->weights;
+  Communicator& comm = *comms_[rank];
+  const KernelFamily family = options_.kernels;
+  const int H = c.hidden_size;
+  const int hd = c.head_dim;
+  const int tp = options_.tp;
+  const int Mp = step.rows_padded;
+  const int S = step.sp ? Mp / tp : Mp;  // rows of the residual stream this rank holds
+  const int row0 = step.sp ? rank * S : 0;
+  const int q_cols = w.heads_local * hd;
+  const int kv_cols = w.kv_heads_local * hd;
+  const int qkv_cols = q_cols + 2 * kv_cols;
+  const int I = w.intermediate_local;
+  const float eps = c.rms_norm_eps;
+
+  std::vector<bf16> residual(static_cast<size_t>(S) * H);  // [S, H]
+  std::vector<bf16> h_local(static_cast<size_t>(S) * H);   // [S, H] normed
+  std::vector<bf16> h_full(static_cast<size_t>(Mp) * H);   // [Mp, H] normed, every row
+  std::vector<bf16> partial(static_cast<size_t>(Mp) * H);  // [Mp, H] row-parallel GEMM output
+  std::vector<bf16> reduced(static_cast<size_t>(S) * H);   // [S, H]
+  std::vector<bf16> qkv(static_cast<size_t>(Mp) * qkv_cols);
+  std::vector<bf16> q(static_cast<size_t>(Mp) * q_cols);   // [Mp, heads_local, hd]
+  std::vector<bf16> k(static_cast<size_t>(Mp) * kv_cols);  // [Mp, kv_local, hd]
+  std::vector<bf16> v(static_cast<size_t>(Mp) * kv_cols);
+  std::vector<bf16> attn(static_cast<size_t>(Mp) * q_cols);
+  std::vector<bf16> gate_up(static_cast<size_t>(Mp) * 2 * I);
+  std::vector<bf16> act(static_cast<size_t>(Mp) * I);
+
+  auto gather = [&] {
+    if (step.sp) {
+      comm.all_gather(h_local.data(), h_full.data(), h_local.size());
+    } else {
+      std::copy(h_local.begin(), h_local.end(), h_full.begin());
+    }
+  };
+  // Combines the row-parallel partial sums into this rank's rows of the residual stream.
+  auto reduce = [&] {
+    if (step.sp) {
+      comm.reduce_scatter(partial.data(), reduced.data(), reduced.size());
+    } else {
+      comm.all_reduce(partial.data(), partial.size());
+      std::copy(partial.begin(), partial.end(), reduced.begin());
+    }
+  };
+
+  cpu::embedding(w.embed_tokens, step.tokens.data() + row0, residual.data(), S, H);
+  cpu::rms_norm(residual.data(), w.layers[0].input_layernorm, h_local.data(), S, H, eps);
+  gather();
+
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const RankLayerWeights& lw = w.layers[l];
+    cpu::gemm(family, h_full.data(), lw.qkv.data(), qkv.data(), Mp, qkv_cols, H);
+    for (int m = 0; m < Mp; ++m) {
+      const bf16* row = qkv.data() + static_cast<size_t>(m) * qkv_cols;
+      std::copy(row, row + q_cols, q.data() + static_cast<size_t>(m) * q_cols);
+      std::copy(row + q_cols, row + q_cols + kv_cols, k.data() + static_cast<size_t>(m) * kv_cols);
+      std::copy(row + q_cols + kv_cols, row + qkv_cols, v.data() + static_cast<size_t>(m) * kv_cols);
+    }
+    cpu::head_norm_rope(q.data(), lw.q_norm, step.positions.data(), Mp, w.heads_local, hd, eps,
+                        rope_);
+    cpu::head_norm_rope(k.data(), lw.k_norm, step.positions.data(), Mp, w.kv_heads_local, hd, eps,
+                        rope_);
+    const cpu::KvPool& pool = ranks_[rank]->pools[l];
+    cpu::write_kv(pool, k.data(), v.data(), step.slots.data(), Mp);
+    std::fill(attn.begin(), attn.end(), bf16{});
+    cpu::attention(family, q.data(), pool, step.queries.data(), step.rows_real, w.heads_local,
+                   step.num_decode, attn.data());
+    cpu::gemm(family, attn.data(), lw.o_proj.data(), partial.data(), Mp, H, q_cols);
+    reduce();
+    cpu::add_rms_norm(residual.data(), reduced.data(), lw.post_attention_layernorm, h_local.data(),
+                      S, H, eps);
+    gather();
+
+    cpu::gemm(family, h_full.data(), lw.gate_up.data(), gate_up.data(), Mp, 2 * I, H);
+    cpu::silu_mul(gate_up.data(), act.data(), Mp, I);
+    cpu::gemm(family, act.data(), lw.down.data(), partial.data(), Mp, H, I);
+    reduce();
+    const bf16* next_norm =
+        l + 1 < w.layers.size() ? w.layers[l + 1].input_layernorm : w.final_norm;
+    cpu::add_rms_norm(residual.data(), reduced.data(), next_norm, h_local.data(), S, H, eps);
+    gather();
+  }
+
+  // Vocab-parallel lm_head on the rows that need logits, gathered to full rows.
+  const int Ms = static_cast<int>(step.logit_rows.size());
+  const int Vl = w.vocab_local;
+  std::vector<bf16> selected(static_cast<size_t>(Ms) * H);  // [Ms, H]
+  for (int i = 0; i < Ms; ++i) {
+    const bf16* src = h_full.data() + static_cast<size_t>(step.logit_rows[i]) * H;
+    std::copy(src, src + H, selected.data() + static_cast<size_t>(i) * H);
+  }
+  std::vector<bf16> logits_local(static_cast<size_t>(Ms) * Vl);  // [Ms, Vl]
+  cpu::gemm(family, selected.data(), w.lm_head.data(), logits_local.data(), Ms, Vl, H);
+  std::vector<bf16> gathered(static_cast<size_t>(tp) * Ms * Vl);  // [tp, Ms, Vl]
+  comm.all_gather(logits_local.data(), gathered.data(), logits_local.size());
+  if (rank != 0) return;
+  const int V = c.vocab_size;
+  step.logits.resize(static_cast<size_t>(Ms) * V);
+  for (int r = 0; r < tp; ++r) {
+    for (int i = 0; i < Ms; ++i) {
+      const bf16* src = gathered.data() + (static_cast<size_t>(r) * Ms + i) * Vl;
+      std::copy(src, src + Vl, step.logits.data() + static_cast<size_t>(i) * V + r * Vl);
+    }
+  }
+  if (step.sample) {
+    step.sampled.resize(Ms);
+    step.sampled_logprob.resize(Ms);
+    cpu::greedy_sample(step.logits.data(), Ms, V, step.sampled.data(),
+                       step.sampled_logprob.data());
+  }
+}
+
+void Engine::pad_step(Step& step) const {
+  step.rows_real = static_cast<int>(step.tokens.size());
+  int rows = graph_padded_rows(options_.graph_mode, options_.capture_sizes, step.rows_real);
+  // SP pads to a multiple of tp and applies only from min_tokens (vLLM's sp_min_token_num).
+  const int sp_rows = round_up(rows, options_.tp);
+  step.sp = options_.sp_enabled && options_.tp > 1 && sp_rows >= options_.sp_min_tokens;
+  if (step.sp) rows = sp_rows;
+  step.rows_padded = rows;
+  step.tokens.resize(rows, 0);  // padding rows: token 0 at position 0, no KV slot
+  step.positions.resize(rows, 0);
+  step.slots.resize(rows, -1);
+}
+
+void Engine::run_step(Step& step) {
+  const int tp = options_.tp;
+  std::vector<std::exception_ptr> errors(tp);
+  auto run_rank = [&](int r) {
+    try {
+      forward_rank(r, step);
+    } catch (...) {
+      errors[r] = std::current_exception();
+      comms_[r]->abort("rank " + std::to_string(r) + " failed during a forward step");
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(tp - 1);
+  for (int r = 1; r < tp; ++r) threads.emplace_back(run_rank, r);
+  run_rank(0);
+  for (auto& t : threads) t.join();
+  // Prefer the root cause over the CommAborted it triggered on the peers.
+  std::exception_ptr first_abort;
+  for (auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const CommAborted&) {
+      if (!first_abort) first_abort = e;
+    } catch (...) {
+      throw;
+    }
+  }
+  if (first_abort) std::rethrow_exception(first_abort);
+}
+
+std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             int max_tokens, GenerateStats* stats,
+                                             const StepCallback& on_step) {
+  const ModelConfig& c = weights_->config;
+  if (static_cast<int>(prompts.size()) > options_.max_num_seqs) {
+    throw std::invalid_argument("generate: " + std::to_string(prompts.size()) +
+                                " prompts exceed max_num_seqs=" +
+                                std::to_string(options_.max_num_seqs));
+  }
+  struct Seq {
+    std::vector<int32_t> tokens;  // prompt, then generated tokens
+    int prompt_len = 0;
+    int num_computed = 0;  // tokens whose KV is in the cache
+    std::vector<int32_t> table;
+    int registered = 0;
+    bool done = false;
+    SequenceResult out;
+  };
+  GenerateStats local_stats;
+  GenerateStats& st = stats ? *stats : local_stats;
+  std::vector<Seq> seqs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Seq& s = seqs[i];
+    s.tokens = prompts[i];
+    s.prompt_len = static_cast<int>(prompts[i].size());
+    if (s.prompt_len == 0) throw std::invalid_argument("generate: empty prompt");
+    if (s.prompt_len + max_tokens > options_.max_model_len) {
+      throw std::invalid_argument("generate: prompt of " + std::to_string(s.prompt_len) +
+                                  " tokens + " + std::to_string(max_tokens) +
+                                  " exceeds max_model_len=" +
+                                  std::to_string(options_.max_model_len));
+    }
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= c.vocab_size) {
+        throw std::invalid_argument("generate: token id " + std::to_string(t) +
+                                    " outside the vocabulary [0, " +
+                                    std::to_string(c.vocab_size) + ")");
+      }
+    }
+    s.num_computed = blocks_.acquire_prefix(s.tokens, s.table);
+    s.registered = s.num_computed / options_.block_size;
+    st.prefix_hit_tokens += s.num_computed;
+  }
+
+  int finished = 0;
+  while (finished < static_cast<int>(seqs.size())) {
+    Step step;
+    struct RowSpan {
+      int seq;
+      int count;
+      bool samples;
+    };
+    std::vector<RowSpan> spans;
+    int budget = options_.chunked_prefill_max_tokens > 0 ? options_.chunked_prefill_max_tokens
+                                                         : 1 << 30;
+    auto add_rows = [&](int si, int count, bool decode) {
+      Seq& s = seqs[si];
+      blocks_.ensure_capacity(s.num_computed + count, s.table);
+      for (int j = 0; j < count; ++j) {
+        const int pos = s.num_computed + j;
+        step.tokens.push_back(s.tokens[pos]);
+        step.positions.push_back(pos);
+        step.slots.push_back(static_cast<int64_t>(s.table[pos / options_.block_size]) *
+                                 options_.block_size +
+                             pos % options_.block_size);
+        step.queries.push_back(cpu::AttentionQuery{s.table.data(), pos + 1, decode});
+      }
+      const bool samples = s.num_computed + count == static_cast<int>(s.tokens.size());
+      if (samples) step.logit_rows.push_back(static_cast<int>(step.tokens.size()) - 1);
+      spans.push_back(RowSpan{si, count, samples});
+      budget -= count;
+    };
+    // Decode rows first, then prefill chunks, as a serving scheduler orders them.
+    for (size_t i = 0; i < seqs.size() && budget > 0; ++i) {
+      if (!seqs[i].done && seqs[i].num_computed >= seqs[i].prompt_len) {
+        add_rows(static_cast<int>(i), 1, true);
+        ++step.num_decode;
+      }
+    }
+    for (size_t i = 0; i < seqs.size() && budget > 0; ++i) {
+      Seq& s = seqs[i];
+      if (s.done || s.num_computed >= s.prompt_len) continue;
+      add_rows(static_cast<int>(i), std::min(s.prompt_len - s.num_computed, budget), false);
+    }
+    pad_step(step);
+    run_step(step);
+    ++st.steps;
+    st.rows += step.rows_padded;
+    st.real_rows += step.rows_real;
+    st.sp_steps += step.sp ? 1 : 0;
+
+    size_t sample_index = 0;
+    for (const RowSpan& span : spans) {
+      Seq& s = seqs[span.seq];
+      s.num_computed += span.count;
+      if (span.samples) {
+        s.out.tokens.push_back(step.sampled[sample_index]);
+        s.out.logprobs.push_back(step.sampled_logprob[sample_index]);
+        ++sample_index;
+        s.tokens.push_back(s.out.tokens.back());
+        if (static_cast<int>(s.out.tokens.size()) == max_tokens) {
+          s.done = true;
+          ++finished;
+        }
+      }
+      blocks_.register_full_blocks(s.tokens, s.num_computed, s.table, s.registered);
+      if (s.done) blocks_.release(s.table);
+    }
+    if (on_step) on_step(st.steps, finished, static_cast<int>(seqs.size()));
+  }
+  std::vector<SequenceResult> results;
+  results.reserve(seqs.size());
+  for (Seq& s : seqs) results.push_back(std::move(s.out));
+  return results;
+}
+
+std::vector<bf16> Engine::prefill_logits(const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> table;
+  blocks_.ensure_capacity(static_cast<int>(tokens.size()), table);
+  Step step;
+  step.sample = false;
+  const int T = static_cast<int>(tokens.size());
+  for (int pos = 0; pos < T; ++pos) {
+    step.tokens.push_back(tokens[pos]);
+    step.positions.push_back(pos);
+    step.slots.push_back(static_cast<int64_t>(table[pos / options_.block_size]) *
+                             options_.block_size +
+                         pos % options_.block_size);
+    step.queries.push_back(cpu::AttentionQuery{table.data(), pos + 1, false});
+    step.logit_rows.push_back(pos);
+  }
+  pad_step(step);
+  run_step(step);
+  blocks_.release(table);
+  return std::move(step.logits);
+}
+
+}  // namespace bih
