@@ -1,0 +1,59 @@
+// run_bih.hpp: run the built `bih` binary from a test and capture what it printed.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace bih::testing {
+
+struct BihResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+inline std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+inline BihResult run_bih(const std::vector<std::string>& args) {
+  std::string cmd = shell_quote(BIH_BINARY);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  cmd += " 2>&1";
+  BihResult r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// A fresh empty folder under the system temp folder.
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("bih-test-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The report files (*.json) directly in `dir`.
+inline std::vector<std::filesystem::path> report_files(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+  }
+  return files;
+}
+
+}  // namespace bih::testing

@@ -1,0 +1,129 @@
+// The driver's contract with users: a crashed, aborted or hung worker becomes an `error` verdict
+// with its reason and the run goes on; bad input exits 2 naming file, pointer and the fix.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "harness/scenario_file.hpp"
+#include "run_bih.hpp"
+
+namespace bih {
+namespace {
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+// A small, fast plan: 4 prompts, 4 tokens.
+constexpr const char* kSmallBase = R"({
+  "model": {"preset": "tiny"}, "parallel": {"tp": 2},
+  "plan": {"prompts": {"count": 4, "min_len": 8, "max_len": 12}, "max_tokens": 4,
+           "batch_sizes": [1, 4], "repeats": 2})";
+
+nlohmann::json report_by_fault(const std::filesystem::path& dir, const std::string& fault) {
+  for (const auto& f : testing::report_files(dir)) {
+    nlohmann::json r = read_json_file(f.string());
+    if (r.at("scenario").at("debug").at("fault") == fault) return r;
+  }
+  return nullptr;
+}
+
+TEST(Driver, CrashedWorkerIsAnErrorAndTheRunGoesOn) {
+  const auto dir = testing::fresh_dir("driver-crash");
+  write_text(dir / "m.json", std::string(R"({"base": )") + kSmallBase + R"(},
+    "cases": [{"debug.fault": "crash", "name": "crash"}, {"debug.fault": "abort", "name": "abort"},
+              {"debug.fault": "exit", "name": "exit"}, {"name": "healthy"}]})");
+  const auto r = testing::run_bih({"run", (dir / "m.json").string(), "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  const auto crash = report_by_fault(dir / "out", "crash");
+  ASSERT_FALSE(crash.is_null()) << r.output;
+  EXPECT_EQ(crash.at("verdict"), "error");
+  EXPECT_NE(crash.at("reason").get<std::string>().find("signal 11"), std::string::npos)
+      << crash.at("reason");
+  const auto abort = report_by_fault(dir / "out", "abort");
+  EXPECT_NE(abort.at("reason").get<std::string>().find("signal 6"), std::string::npos);
+  const auto exit = report_by_fault(dir / "out", "exit");
+  EXPECT_NE(exit.at("reason").get<std::string>().find("status 7"), std::string::npos);
+  EXPECT_NE(exit.at("reason").get<std::string>().find("debug.fault=exit"), std::string::npos)
+      << "the stderr tail belongs in the reason";
+  const auto healthy = report_by_fault(dir / "out", "none");
+  ASSERT_FALSE(healthy.is_null());
+  EXPECT_EQ(healthy.at("verdict"), "invariant");
+  EXPECT_EQ(testing::report_files(dir / "out").size(), 4u);
+}
+
+TEST(Driver, HungWorkerTimesOutIntoAnError) {
+  const auto dir = testing::fresh_dir("driver-hang");
+  write_text(dir / "s.json", std::string(kSmallBase) +
+                                 R"(, "timeout_s": 2, "debug": {"fault": "hang"}})");
+  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  const auto report = report_by_fault(dir / "out", "hang");
+  ASSERT_FALSE(report.is_null()) << r.output;
+  EXPECT_EQ(report.at("verdict"), "error");
+  EXPECT_NE(report.at("reason").get<std::string>().find("timed out"), std::string::npos);
+}
+
+TEST(Driver, FreshProcessRunIsCompared) {
+  const auto dir = testing::fresh_dir("driver-fresh");
+  write_text(dir / "s.json", std::string(kSmallBase) + R"(})");
+  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--set",
+                                   "plan.fresh_process=true", "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const auto files = testing::report_files(dir / "out");
+  ASSERT_EQ(files.size(), 1u);
+  const auto report = read_json_file(files[0].string());
+  ASSERT_EQ(report.at("comparisons").size(), 3u);
+  EXPECT_EQ(report.at("comparisons")[2].at("kind"), "fresh");
+  EXPECT_EQ(report.at("comparisons")[2].at("logprobs_differ"), 0);
+}
+
+TEST(Driver, UnsupportedIsNeverEmulatedSilently) {
+  const auto dir = testing::fresh_dir("driver-unsupported");
+  write_text(dir / "s.json", std::string(kSmallBase) +
+                                 R"(, "backend": "cuda", "parallel": {"tp": 2, "ranks": "nccl"},
+                                    "expect": "unsupported"})");
+  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const auto files = testing::report_files(dir / "out");
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(read_json_file(files[0].string()).at("verdict"), "unsupported");
+}
+
+TEST(Driver, UnknownKeyExitsTwoNamingFilePointerAndSuggestion) {
+  const auto dir = testing::fresh_dir("driver-badkey");
+  write_text(dir / "bad.json", R"({"kernals": "invariant"})");
+  const auto r = testing::run_bih({"run", (dir / "bad.json").string(), "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("bad.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/kernals"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kernels"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out")) << "nothing half-written on bad input";
+}
+
+TEST(Driver, ImpossibleTpExitsTwo) {
+  const auto dir = testing::fresh_dir("driver-badtp");
+  write_text(dir / "bad.json", R"({"parallel": {"tp": 3}})");
+  const auto r = testing::run_bih({"run", (dir / "bad.json").string(), "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("/parallel/tp"), std::string::npos) << r.output;
+}
+
+TEST(Driver, DiffOfTwoDumpsReportsCounts) {
+  const auto dir = testing::fresh_dir("driver-diff");
+  write_text(dir / "s.json", std::string(kSmallBase) + R"(, "parallel": {"tp": 1}, "kernels": "vendor"})");
+  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--keep-work", "--out",
+                                   (dir / "out").string()});
+  std::vector<std::filesystem::path> dumps;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "out" / "work")) {
+    if (e.path().filename().string().rfind("gen-", 0) == 0) dumps.push_back(e.path());
+  }
+  std::sort(dumps.begin(), dumps.end());
+  ASSERT_EQ(dumps.size(), 3u) << r.output;  // bs=1, bs=4, bs=4#2
+  const auto same = testing::run_bih({"diff", dumps[1].string(), dumps[1].string()});
+  EXPECT_EQ(same.exit_code, 0) << same.output;
+  EXPECT_NE(same.output.find("0/16 logprobs differ"), std::string::npos) << same.output;
+}
+
+}  // namespace
+}  // namespace bih
