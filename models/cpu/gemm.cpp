@@ -99,8 +99,9 @@ inline void output_block(const float* x, const WType* const* w,
 }
 
 // Cloned for AVX2 so the same vector code runs twice as wide where the CPU allows: mul and add
-// are exact IEEE operations at any width (and ISO C++ mode never contracts them into FMA), so
-// both clones give identical bits.
+// are correctly rounded IEEE operations at any width, and the "avx2" target does not enable FMA,
+// so both clones give identical bits. (A build with -mfma / -march=native lets g++ fuse them,
+// which changes the bits, identically for every M: still batch invariant.)
 __attribute__((target_clones("avx2", "default"))) void gemm_ranges(
     const bf16* x, const bf16* w, bf16* y, int M, int N, int K,
     const std::vector<std::pair<int, int>>& ranges) {
