@@ -1,0 +1,159 @@
+// gemm.cpp: the CPU GEMM y[M,N] = x[M,K] . w[N,K]^T, bf16 in and out, fp32 accumulation.
+//
+// Every output element is one dot product whose reduction order is fixed by K alone: lane j of an
+// 8-lane fp32 accumulator sums the products at k = k0 + j, k0 + j + 8, ... (k0 the start of the
+// reduced range), then the lanes are added by a fixed tree ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+// Rows are processed in blocks only to reuse loaded data; each output has its own accumulator
+// chain, so blocking never changes the arithmetic. The lanes are written with GCC vector
+// extensions so the compiler vectorizes them at -O2 for any target without reassociating
+// anything (no -ffast-math is needed or wanted).
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "models/cpu/kernels.hpp"
+
+// The vector helpers below are internal and always inlined, so their AVX-sized ABI never shows.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace bih::cpu {
+namespace {
+
+constexpr int kLanes = 8;      // independent fp32 accumulators per dot product
+constexpr int kRowBlock = 4;   // w rows reduced together against one x row
+constexpr int kWidenMinM = 8;  // from this many x rows on, w rows are widened to fp32 once
+
+typedef float Vec8f __attribute__((vector_size(32)));
+typedef uint16_t Vec8u16 __attribute__((vector_size(16)));
+typedef uint32_t Vec8u32 __attribute__((vector_size(32)));
+
+[[gnu::always_inline]] inline Vec8f load8(const float* p) {
+  Vec8f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// bf16 -> fp32 is exact: the bf16 bits become the top half of the float.
+[[gnu::always_inline]] inline Vec8f load8(const bf16* p) {
+  Vec8u16 h;
+  std::memcpy(&h, p, sizeof h);
+  Vec8u32 wide = __builtin_convertvector(h, Vec8u32) << 16;
+  return std::bit_cast<Vec8f>(wide);
+}
+
+inline float lane_value(const float* p, int i) { return p[i]; }
+inline float lane_value(const bf16* p, int i) { return to_float(p[i]); }
+
+// The fixed lane-combining tree.
+inline float reduce_lanes(const Vec8f& a) {
+  const float t0 = a[0] + a[4];
+  const float t1 = a[1] + a[5];
+  const float t2 = a[2] + a[6];
+  const float t3 = a[3] + a[7];
+  return (t0 + t2) + (t1 + t3);
+}
+
+// out[r] = dot(x[k0:k1], w[r][k0:k1]) for R rows of w, each in the fixed lane order.
+// x: [K] fp32; w[r]: [K] fp32 (widened once, reused across M) or bf16 (read directly for tiny M).
+template <int R, class WType>
+inline void dot_rows(const float* x, const WType* const* w, int k0, int k1, float* out) {
+  Vec8f acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = Vec8f{};
+  int k = k0;
+  for (; k + kLanes <= k1; k += kLanes) {
+    const Vec8f xv = load8(x + k);
+    for (int r = 0; r < R; ++r) acc[r] += xv * load8(w[r] + k);
+  }
+  // The tail continues the same lane pattern: element k0 + j + 8i always lands in lane j.
+  for (int j = 0; k + j < k1; ++j) {
+    for (int r = 0; r < R; ++r) acc[r][j] += x[k + j] * lane_value(w[r], k + j);
+  }
+  for (int r = 0; r < R; ++r) out[r] = reduce_lanes(acc[r]);
+}
+
+// The K ranges reduced separately and then summed in order: one range for the invariant family,
+// kVendorSplitK contiguous ranges of ceil(K / splits) for the vendor family at small M.
+std::vector<std::pair<int, int>> k_ranges(int K, int splits) {
+  std::vector<std::pair<int, int>> ranges;
+  const int chunk = (K + splits - 1) / splits;
+  for (int k0 = 0; k0 < K || ranges.empty(); k0 += std::max(chunk, 1)) {
+    ranges.emplace_back(k0, std::min(K, k0 + chunk));
+  }
+  return ranges;
+}
+
+// y[m, n0:n0+R] for one x row against R w rows, summing the per-range partials in order.
+template <int R, class WType>
+inline void output_block(const float* x, const WType* const* w,
+                         const std::vector<std::pair<int, int>>& ranges, bf16* y) {
+  float total[R];
+  dot_rows<R>(x, w, ranges[0].first, ranges[0].second, total);
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    float part[R];
+    dot_rows<R>(x, w, ranges[i].first, ranges[i].second, part);
+    for (int r = 0; r < R; ++r) total[r] += part[r];
+  }
+  for (int r = 0; r < R; ++r) y[r] = to_bf16(total[r]);
+}
+
+// Cloned for AVX2 so the same vector code runs twice as wide where the CPU allows: mul and add
+// are correctly rounded IEEE operations at any width, and the "avx2" target does not enable FMA,
+// so both clones give identical bits. (A build with -mfma / -march=native lets g++ fuse them,
+// which changes the bits, identically for every M: still batch invariant.)
+__attribute__((target_clones("avx2", "default"))) void gemm_ranges(
+    const bf16* x, const bf16* w, bf16* y, int M, int N, int K,
+    const std::vector<std::pair<int, int>>& ranges) {
+  // x widened once: [M, K] fp32. Thread-local because each TP rank is a thread.
+  thread_local std::vector<float> x_wide;
+  thread_local std::vector<float> w_wide;
+  x_wide.resize(static_cast<size_t>(M) * K);
+  for (size_t i = 0; i < x_wide.size(); ++i) x_wide[i] = to_float(x[i]);
+
+  // With very few rows a widened w row would be used once: read bf16 directly instead. The values
+  // (and so the arithmetic) are identical either way.
+  const bool widen_w = M >= kWidenMinM;
+  if (widen_w) w_wide.resize(static_cast<size_t>(kRowBlock) * K);
+
+  int n = 0;
+  for (; n + kRowBlock <= N; n += kRowBlock) {
+    const bf16* w_rows[kRowBlock];
+    const float* w_rows_wide[kRowBlock];
+    for (int r = 0; r < kRowBlock; ++r) {
+      w_rows[r] = w + static_cast<size_t>(n + r) * K;
+      if (widen_w) {
+        float* dst = w_wide.data() + static_cast<size_t>(r) * K;
+        for (int k = 0; k < K; ++k) dst[k] = to_float(w_rows[r][k]);
+        w_rows_wide[r] = dst;
+      }
+    }
+    for (int m = 0; m < M; ++m) {
+      const float* xm = x_wide.data() + static_cast<size_t>(m) * K;
+      bf16* ym = y + static_cast<size_t>(m) * N + n;
+      if (widen_w) {
+        output_block<kRowBlock>(xm, w_rows_wide, ranges, ym);
+      } else {
+        output_block<kRowBlock>(xm, w_rows, ranges, ym);
+      }
+    }
+  }
+  for (; n < N; ++n) {  // the last N % 4 rows of w, one at a time
+    const bf16* w_row[1] = {w + static_cast<size_t>(n) * K};
+    for (int m = 0; m < M; ++m) {
+      output_block<1>(x_wide.data() + static_cast<size_t>(m) * K, w_row, ranges,
+                      y + static_cast<size_t>(m) * N + n);
+    }
+  }
+}
+
+}  // namespace
+
+void gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, int M, int N, int K) {
+  if (M < 0 || N < 0 || K < 0) throw std::invalid_argument("gemm: negative dimension");
+  if (M == 0 || N == 0) return;
+  const bool split = family == KernelFamily::vendor && M < kVendorSplitKMaxM;
+  gemm_ranges(x, w, y, M, N, K, k_ranges(K, split ? kVendorSplitK : 1));
+}
+
+}  // namespace bih::cpu
