@@ -32,13 +32,14 @@ Vec widen(const std::vector<bf16>& w) {
   return out;
 }
 
-// y[n] = sum_k W[n, k] * x[k]; W is [N, K] row-major (HF's out x in).
-Vec matvec(const Vec& W, const double* x, size_t N, size_t K) {
+// y[n] = sum_k W[n, k] * x[k]; W is [N, K] row-major (HF's out x in), widened element by element
+// (exact) so that a 150k-row embedding never needs a double copy.
+Vec matvec(const std::vector<bf16>& W, const double* x, size_t N, size_t K) {
   Vec y(N, 0.0);
   for (size_t n = 0; n < N; ++n) {
-    const double* row = W.data() + n * K;
+    const bf16* row = W.data() + n * K;
     double acc = 0.0;
-    for (size_t k = 0; k < K; ++k) acc += row[k] * x[k];
+    for (size_t k = 0; k < K; ++k) acc += static_cast<double>(to_float(row[k])) * x[k];
     y[n] = acc;
   }
   return y;
@@ -120,18 +121,19 @@ std::vector<double> reference_logits_fp64(const ModelWeights& weights,
   }
 
   // Residual stream x: [T, H].
-  const Vec embed = widen(weights.embed_tokens);  // [V, H]
+  const std::vector<bf16>& embed = weights.embed_tokens;  // [V, H]
   Vec x(T * H);
   for (size_t t = 0; t < T; ++t) {
-    for (size_t h = 0; h < H; ++h) x[t * H + h] = embed[static_cast<size_t>(tokens[t]) * H + h];
+    for (size_t h = 0; h < H; ++h)
+      x[t * H + h] = to_float(embed[static_cast<size_t>(tokens[t]) * H + h]);
   }
 
   for (const LayerWeights& layer : weights.layers) {
     const Vec in_norm = widen(layer.input_layernorm),
               post_norm = widen(layer.post_attention_layernorm);
-    const Vec Wq = widen(layer.q_proj), Wk = widen(layer.k_proj), Wv = widen(layer.v_proj);
-    const Vec Wo = widen(layer.o_proj), q_norm = widen(layer.q_norm), k_norm = widen(layer.k_norm);
-    const Vec Wg = widen(layer.gate_proj), Wu = widen(layer.up_proj), Wd = widen(layer.down_proj);
+    const Vec q_norm = widen(layer.q_norm), k_norm = widen(layer.k_norm);
+    const auto &Wq = layer.q_proj, &Wk = layer.k_proj, &Wv = layer.v_proj, &Wo = layer.o_proj;
+    const auto &Wg = layer.gate_proj, &Wu = layer.up_proj, &Wd = layer.down_proj;
 
     // Attention block. q: [T, NH*D], k/v: [T, NKV*D].
     Vec q(T * Q), k(T * KV), v(T * KV);
@@ -198,9 +200,8 @@ std::vector<double> reference_logits_fp64(const ModelWeights& weights,
   }
 
   const Vec final_norm = widen(weights.norm);
-  const Vec untied_head = c.tie_word_embeddings ? Vec{} : widen(weights.lm_head);
-  const Vec& lm_head = c.tie_word_embeddings ? embed : untied_head;  // [V, H]
-  Vec logits(T * V);                                                 // [T, V]
+  const std::vector<bf16>& lm_head = weights.output_embedding();  // [V, H]
+  Vec logits(T * V);                                              // [T, V]
   for (size_t t = 0; t < T; ++t) {
     rmsnorm(&x[t * H], final_norm, H, eps);
     const Vec row = matvec(lm_head, &x[t * H], V, H);

@@ -226,8 +226,8 @@ void SafetensorsFile::read_bf16(const std::string& name,
   const SafetensorsEntry& e = it->second;
   if (e.shape != expected_shape) {
     throw InputError(path_, tensor_pointer(name) + "/shape",
-                     "tensor '" + name + "' has shape " + shape_string(e.shape) + "; expected " +
-                         shape_string(expected_shape));
+                     "tensor '" + name + "' has shape " + shape_string(e.shape) +
+                         "; the model config expects " + shape_string(expected_shape));
   }
   if (e.dtype != "BF16" && e.dtype != "F16" && e.dtype != "F32") {
     throw InputError(
