@@ -44,6 +44,19 @@ struct ModelWeights {
 ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed);
 
 // The value synthetic_weights puts at index i of the tensor named `tensor_name` (HF name).
+// Exact formula (all integer arithmetic mod 2^64; a CUDA port must match it bit for bit):
+//   mix64(z):   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9; z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+//               return z ^ (z >> 31)                              (splitmix64's finalizer)
+//   name_hash = FNV-1a 64 of the name's bytes (offset 0xcbf29ce484222325, prime 0x100000001b3)
+//   key       = mix64(seed ^ mix64(name_hash))
+//   golden    = 0x9e3779b97f4a7c15
+//   r1 = mix64(key + (2i + 1) * golden),   r2 = mix64(key + (2i + 2) * golden)
+//   u1 = ((r1 >> 11) + 1) * 2^-53   in (0, 1],   u2 = (r2 >> 11) * 2^-53   in [0, 1)   (double)
+//   z  = sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2)                              (double)
+//   return (float)(0.02 * z)         (round to nearest; the caller then rounds float -> bf16 RNE)
+// log and cos are libm's on the host and CUDA's double log/cos on a GPU; both are within 1-2 ulp
+// of exact, so after rounding to bf16 a mismatch needs a double within ~1 ulp of a bf16 rounding
+// boundary (probability ~1e-13 per value). Tests compare the GPU copy against this function.
 float synthetic_normal(uint64_t seed, const std::string& tensor_name, uint64_t i);
 
 // Reads config.json and the safetensors file(s) of `folder` (model.safetensors, or the shards of

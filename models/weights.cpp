@@ -1,0 +1,332 @@
+// weights.cpp: synthetic weights, checkpoint load/save (safetensors) and the weights hash.
+#include "models/weights.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "harness/errors.hpp"
+#include "models/safetensors.hpp"
+
+namespace bih {
+namespace {
+
+namespace fs = std::filesystem;
+using Shape = std::vector<uint64_t>;
+
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
+constexpr uint64_t kFnvPrime = 0x100000001b3ull;
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = kFnvOffset;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= kFnvPrime;
+  }
+  return h;
+}
+
+uint64_t synthetic_key(uint64_t seed, const std::string& tensor_name) {
+  return mix64(seed ^ mix64(fnv1a64(tensor_name)));
+}
+
+// synthetic_normal with the key already derived (the per-element part of the formula).
+float normal_from_key(uint64_t key, uint64_t i) {
+  const uint64_t r1 = mix64(key + (2 * i + 1) * kGolden);
+  const uint64_t r2 = mix64(key + (2 * i + 2) * kGolden);
+  const double u1 = static_cast<double>((r1 >> 11) + 1) * 0x1.0p-53;
+  const double u2 = static_cast<double>(r2 >> 11) * 0x1.0p-53;
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return static_cast<float>(0.02 * z);
+}
+
+// One tensor of a model: its HF name, shape and storage. The order of tensor_list is the
+// canonical order (hash, file layout).
+template <class Vec>
+struct TensorRef {
+  std::string name;
+  Shape shape;
+  Vec* data;
+};
+
+template <class Model, class Vec = std::conditional_t<std::is_const_v<Model>,
+                                                      const std::vector<bf16>, std::vector<bf16>>>
+std::vector<TensorRef<Vec>> tensor_list(Model& w) {
+  const ModelConfig& c = w.config;
+  const uint64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size;
+  const uint64_t Q = c.q_size(), KV = c.kv_size(), D = c.head_dim;
+  std::vector<TensorRef<Vec>> list;
+  list.push_back({"model.embed_tokens.weight", {V, H}, &w.embed_tokens});
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    auto& L = w.layers[l];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    list.push_back({p + "input_layernorm.weight", {H}, &L.input_layernorm});
+    list.push_back({p + "self_attn.q_proj.weight", {Q, H}, &L.q_proj});
+    list.push_back({p + "self_attn.k_proj.weight", {KV, H}, &L.k_proj});
+    list.push_back({p + "self_attn.v_proj.weight", {KV, H}, &L.v_proj});
+    list.push_back({p + "self_attn.o_proj.weight", {H, Q}, &L.o_proj});
+    list.push_back({p + "self_attn.q_norm.weight", {D}, &L.q_norm});
+    list.push_back({p + "self_attn.k_norm.weight", {D}, &L.k_norm});
+    list.push_back({p + "post_attention_layernorm.weight", {H}, &L.post_attention_layernorm});
+    list.push_back({p + "mlp.gate_proj.weight", {I, H}, &L.gate_proj});
+    list.push_back({p + "mlp.up_proj.weight", {I, H}, &L.up_proj});
+    list.push_back({p + "mlp.down_proj.weight", {H, I}, &L.down_proj});
+  }
+  list.push_back({"model.norm.weight", {H}, &w.norm});
+  if (!c.tie_word_embeddings) list.push_back({"lm_head.weight", {V, H}, &w.lm_head});
+  return list;
+}
+
+uint64_t element_count(const Shape& shape) {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+bool is_norm_weight(const std::string& name) {
+  const std::string suffix = "norm.weight";
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The decimal a float was written from (1e-6f -> 1e-6 as a double), so config.json shows "1e-06"
+// rather than the float's binary expansion.
+double shortest_decimal(float f) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), f);
+  double d = 0.0;
+  std::from_chars(buf, end, d);
+  return d;
+}
+
+void validate_config(const ModelConfig& c) {
+  if (c.hidden_size <= 0 || c.num_layers < 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
+      c.head_dim <= 0 || c.intermediate_size <= 0 || c.vocab_size <= 0 ||
+      c.num_heads % c.num_kv_heads != 0 || c.head_dim % 2 != 0) {
+    throw std::invalid_argument("model config '" + c.name + "' has an invalid shape");
+  }
+}
+
+}  // namespace
+
+float synthetic_normal(uint64_t seed, const std::string& tensor_name, uint64_t i) {
+  return normal_from_key(synthetic_key(seed, tensor_name), i);
+}
+
+ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed) {
+  validate_config(config);
+  ModelWeights w;
+  w.config = config;
+  w.layers.resize(config.num_layers);
+  auto tensors = tensor_list(w);
+
+  // Work items of at most kChunk elements, spread over the cores: a 1.7B model is ~2e9 values.
+  struct Item {
+    std::vector<bf16>* data;
+    uint64_t key, begin, end;
+  };
+  constexpr uint64_t kChunk = 1 << 18;
+  std::vector<Item> items;
+  for (auto& t : tensors) {
+    const uint64_t n = element_count(t.shape);
+    if (is_norm_weight(t.name)) {
+      t.data->assign(n, to_bf16(1.0f));
+      continue;
+    }
+    t.data->resize(n);
+    const uint64_t key = synthetic_key(seed, t.name);
+    for (uint64_t b = 0; b < n; b += kChunk)
+      items.push_back({t.data, key, b, std::min(n, b + kChunk)});
+  }
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k = next++; k < items.size(); k = next++) {
+      const Item& it = items[k];
+      bf16* out = it.data->data();
+      for (uint64_t i = it.begin; i < it.end; ++i) out[i] = to_bf16(normal_from_key(it.key, i));
+    }
+  };
+  const size_t threads =
+      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), 16, items.size()});
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  return w;
+}
+
+ModelWeights load_checkpoint(const std::string& folder) {
+  const fs::path dir(folder);
+  ModelWeights w;
+  w.config = load_config_json((dir / "config.json").string());
+  w.config.name = folder;
+  w.layers.resize(w.config.num_layers);
+
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  const fs::path single_path = dir / "model.safetensors";
+  std::map<std::string, std::string> file_of;  // tensor name -> file path (sharded only)
+  const bool sharded = fs::exists(index_path);
+  if (sharded) {
+    std::ifstream in(index_path);
+    nlohmann::json index;
+    try {
+      index = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InputError(index_path.string(), "", std::string("not valid JSON: ") + e.what());
+    }
+    auto map = index.is_object() ? index.find("weight_map") : index.end();
+    if (map == index.end() || !map->is_object()) {
+      throw InputError(index_path.string(), "/weight_map",
+                       "missing; expected an object mapping tensor names to shard files");
+    }
+    for (auto it = map->begin(); it != map->end(); ++it) {
+      if (!it.value().is_string()) {
+        throw InputError(index_path.string(), "/weight_map/" + it.key(),
+                         "expected a shard file name (string)");
+      }
+      file_of[it.key()] = (dir / it.value().get<std::string>()).string();
+    }
+  } else if (!fs::exists(single_path)) {
+    throw InputError(folder, "",
+                     "no model.safetensors or model.safetensors.index.json in the checkpoint");
+  }
+
+  std::map<std::string, std::unique_ptr<SafetensorsFile>> open_files;
+  auto file_for = [&](const std::string& path) -> const SafetensorsFile& {
+    auto& f = open_files[path];
+    if (!f) f = std::make_unique<SafetensorsFile>(path);
+    return *f;
+  };
+  for (auto& t : tensor_list(w)) {
+    std::string path = single_path.string();
+    if (sharded) {
+      auto it = file_of.find(t.name);
+      if (it == file_of.end()) {
+        throw InputError(index_path.string(), "/weight_map/" + t.name,
+                         "tensor '" + t.name + "' is missing from the weight map");
+      }
+      path = it->second;
+    }
+    file_for(path).read_bf16(t.name, t.shape, *t.data);
+  }
+  return w;
+}
+
+void save_checkpoint(const ModelWeights& weights, const std::string& folder,
+                     uint64_t max_shard_bytes) {
+  const ModelConfig& c = weights.config;
+  const fs::path dir(folder);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw InfraError("cannot create " + folder + ": " + ec.message());
+
+  nlohmann::ordered_json config = {{"architectures", {"Qwen3ForCausalLM"}},
+                                   {"model_type", "qwen3"},
+                                   {"hidden_size", c.hidden_size},
+                                   {"num_hidden_layers", c.num_layers},
+                                   {"num_attention_heads", c.num_heads},
+                                   {"num_key_value_heads", c.num_kv_heads},
+                                   {"head_dim", c.head_dim},
+                                   {"intermediate_size", c.intermediate_size},
+                                   {"vocab_size", c.vocab_size},
+                                   {"rope_theta", c.rope_theta},
+                                   {"rope_scaling", nullptr},
+                                   {"rms_norm_eps", shortest_decimal(c.rms_norm_eps)},
+                                   {"tie_word_embeddings", c.tie_word_embeddings},
+                                   {"max_position_embeddings", c.max_position_embeddings},
+                                   {"hidden_act", "silu"},
+                                   {"attention_bias", false},
+                                   {"torch_dtype", "bfloat16"}};
+  {
+    std::ofstream out(dir / "config.json");
+    out << config.dump(2) << "\n";
+    if (!out) throw InfraError("cannot write " + (dir / "config.json").string());
+  }
+
+  std::vector<TensorToWrite> all;
+  for (const auto& t : tensor_list(weights)) all.push_back({t.name, t.shape, t.data});
+
+  if (max_shard_bytes == 0) {
+    write_safetensors_bf16((dir / "model.safetensors").string(), all);
+    fs::remove(dir / "model.safetensors.index.json", ec);  // a stale index would take precedence
+    return;
+  }
+  // Greedy packing in canonical order; a tensor larger than the limit gets a shard of its own.
+  std::vector<std::vector<TensorToWrite>> shards;
+  uint64_t shard_bytes = 0, total_bytes = 0;
+  for (const auto& t : all) {
+    const uint64_t bytes = 2 * t.data->size();
+    if (shards.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(t);
+    shard_bytes += bytes;
+    total_bytes += bytes;
+  }
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name =
+        fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+    write_safetensors_bf16((dir / name).string(), shards[s]);
+    for (const auto& t : shards[s]) weight_map[t.name] = name;
+  }
+  nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
+                                  {"weight_map", weight_map}};
+  {
+    std::ofstream out(dir / "model.safetensors.index.json");
+    out << index.dump(2) << "\n";
+    if (!out) throw InfraError("cannot write the index in " + folder);
+  }
+  fs::remove(dir / "model.safetensors", ec);  // the index names the files; drop a stale single
+}
+
+// Digest: h = 0xcbf29ce484222325; absorb(w) is h ^= w; h *= 0x100000001b3; h ^= h >> 32 (FNV-1a
+// over 64-bit words; the fold lets high bits reach low ones, and every step is a bijection, so
+// any single changed word changes the digest). Per tensor in canonical order: absorb(name length),
+// each name byte, absorb(rank), each dim, then the bf16 bits four at a time, little-endian, the
+// last word zero-padded. Output: mix64(h) as 16 lower-case hex digits.
+std::string weights_hash(const ModelWeights& weights) {
+  uint64_t h = kFnvOffset;
+  auto absorb = [&h](uint64_t word) {
+    h ^= word;
+    h *= kFnvPrime;
+    h ^= h >> 32;
+  };
+  for (const auto& t : tensor_list(weights)) {
+    absorb(t.name.size());
+    for (unsigned char ch : t.name) absorb(ch);
+    absorb(t.shape.size());
+    for (uint64_t d : t.shape) absorb(d);
+    const std::vector<bf16>& v = *t.data;
+    size_t i = 0;
+    for (; i + 4 <= v.size(); i += 4) {
+      absorb(uint64_t{v[i].bits} | uint64_t{v[i + 1].bits} << 16 | uint64_t{v[i + 2].bits} << 32 |
+             uint64_t{v[i + 3].bits} << 48);
+    }
+    if (i < v.size()) {
+      uint64_t word = 0;
+      for (int k = 0; i < v.size(); ++i, ++k) word |= uint64_t{v[i].bits} << (16 * k);
+      absorb(word);
+    }
+  }
+  return fmt::format("{:016x}", mix64(h));
+}
+
+}  // namespace bih
