@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <limits>
 #include <stdexcept>
 
@@ -187,6 +188,43 @@ TEST(DiffCompare, NaNLogprobShowsInUlpAndSummary) {
   EXPECT_EQ(c.max_ulp, std::numeric_limits<uint64_t>::max());
   EXPECT_TRUE(std::isfinite(c.max_abs_delta));
   EXPECT_NE(summarize(c).find("NaN"), std::string::npos);
+}
+
+TEST(DiffCompare, SummaryUsesTheIssuesTerms) {
+  Comparison c;
+  c.kind = "batch";
+  c.logprobs_compared = c.tokens_compared = 1536;
+  c.logprobs_differ = 1522;
+  c.tokens_differ = 40;
+  c.sequences_compared = 64;
+  c.sequences_diverged = 11;
+  c.max_abs_delta = 0.0312;
+  c.max_ulp = 4011;
+  EXPECT_EQ(summarize(c),
+            "1522/1536 logprobs differ, 11/64 greedy sequences changed, max |Δ| 0.0312, max 4011 "
+            "ulp");
+}
+
+// The dump fixtures in tests/data/reports (also handy for `bih diff`): bs=3 moves prompt 1's
+// step-2 logprob by 3 ulp and changes prompt 2's last token.
+TEST(DiffGenerationJson, FixtureDumpsCompareAsDocumented) {
+  auto load = [](const std::string& name) {
+    const std::string path = std::string(BIH_SOURCE_DIR) + "/tests/data/reports/" + name;
+    std::ifstream in(path);
+    return generation_from_json(nlohmann::json::parse(in), path);
+  };
+  const Comparison c = compare(load("generation.bs1.json"), load("generation.bs3.json"), "batch");
+  EXPECT_EQ(c.tokens_compared, 12);
+  EXPECT_EQ(c.logprobs_differ, 2);
+  EXPECT_EQ(c.tokens_differ, 1);
+  EXPECT_EQ(c.sequences_diverged, 1);
+  EXPECT_EQ(c.max_ulp, 3u);
+  ASSERT_EQ(c.first_divergences.size(), 2u);
+  EXPECT_EQ(c.first_divergences[0].prompt, 1);
+  EXPECT_EQ(c.first_divergences[0].step, 2);
+  EXPECT_EQ(c.first_divergences[0].ulp, 3u);
+  EXPECT_EQ(c.first_divergences[1].prompt, 2);
+  EXPECT_EQ(c.first_divergences[1].step, 3);
 }
 
 TEST(DiffCompare, MismatchedPromptsOrLengthsAreInputErrors) {
