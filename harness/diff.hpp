@@ -1,0 +1,82 @@
+// diff.hpp: the bitwise diff of two generations, and the verdict it implies.
+//
+// Two generations of the same prompts are compared position by position (every prompt, every
+// step): token ids by value, logprobs by float32 bit pattern, never with a tolerance. The counts
+// are the issue's own terms ("1522/1536 logprobs differ, 11/64 greedy sequences changed"); the
+// magnitudes (max |delta|, max ULP distance) say how far apart the bits moved.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harness/generation.hpp"
+#include "harness/verdict.hpp"
+
+namespace bih {
+
+// Number of representable float32 values between a and b, through the ordered-integer mapping
+// (sign-magnitude bits -> a line where consecutive floats are consecutive integers). Properties:
+//   ulp_distance(1.0f, nextafter(1.0f, 2.0f)) == 1; +0 and -0 are one point, distance 0;
+//   across zero the distances add (smallest denormal to its negative == 2); infinities are the
+//   ends of the line (FLT_MAX to +inf == 1).
+// NaN: identical bit patterns give 0; otherwise any NaN operand gives UINT64_MAX ("unmeasurably
+// far"), so a NaN can never hide behind a small distance.
+uint64_t ulp_distance(float a, float b);
+
+// "0xbf8a1c00": eight lower-case hex digits of a float32 bit pattern.
+std::string hex_bits(uint32_t bits);
+
+// The first position where one prompt's outputs differ between the two generations.
+struct Divergence {
+  int prompt = 0;  // index into the generations' sequences
+  int step = 0;    // generated-token index, 0-based
+  int32_t token_a = 0, token_b = 0;
+  uint32_t logprob_a_bits = 0, logprob_b_bits = 0;
+  uint64_t ulp = 0;  // ulp_distance of the two logprobs
+};
+
+struct Comparison {
+  std::string kind;  // "batch" (bs=1 vs bs=N) | "repeat" (same process) | "fresh" (new process)
+  std::string a_label, b_label;
+  int64_t tokens_compared = 0;     // positions (prompt, step) compared
+  int64_t tokens_differ = 0;       // positions whose token ids differ
+  int64_t logprobs_compared = 0;   // == tokens_compared
+  int64_t logprobs_differ = 0;     // positions whose logprob bit patterns differ
+  int64_t sequences_compared = 0;  // prompts
+  int64_t sequences_diverged = 0;  // prompts with any token difference (greedy sequence changed)
+  double max_abs_delta = 0;  // max |a - b| over logprobs; NaN pairs skipped (they show in max_ulp)
+  uint64_t max_ulp = 0;      // max ulp_distance over logprobs
+  // For each prompt with any difference (token or logprob bits) its first differing step, sorted
+  // by (step, prompt), at most `max_divergences` of them.
+  std::vector<Divergence> first_divergences;
+
+  bool identical() const { return tokens_differ == 0 && logprobs_differ == 0; }
+};
+
+// The valid comparison kinds.
+inline const std::vector<std::string>& comparison_kinds() {
+  static const std::vector<std::string> kinds{"batch", "repeat", "fresh"};
+  return kinds;
+}
+
+// Diffs a against b. Both must hold the same prompts (same count, same prompt token ids) and the
+// same number of generated tokens per prompt, else InputError naming both labels and the JSON
+// pointer of the first mismatch. `kind` must be one of comparison_kinds() (std::invalid_argument
+// otherwise: that is a programming error, not user input).
+Comparison compare(const Generation& a, const Generation& b, std::string kind,
+                   size_t max_divergences = 16);
+
+// One line: "1522/1536 logprobs differ, 11/64 greedy sequences changed, max |Δ| 0.031, max 4011
+// ulp". The magnitudes are left out when nothing differs.
+std::string summarize(const Comparison& c);
+
+// invariant | batch_variant | nondeterministic from the comparisons alone: nondeterministic if any
+// "repeat" or "fresh" comparison differs (run to run beats batch size: a batch difference means
+// nothing when the same batch cannot reproduce itself); else batch_variant if any "batch"
+// comparison differs; else invariant. error and unsupported come from the driver, not from here.
+// An empty list throws std::invalid_argument: a plan with nothing to compare proves nothing.
+Verdict decide_verdict(const std::vector<Comparison>& comparisons);
+
+}  // namespace bih
