@@ -20,9 +20,9 @@ namespace fs = std::filesystem;
 // The keys each object of a scenario may hold. One table serves unknown-key checks, suggestions
 // and the dotted keys of matrix files, so they cannot drift apart.
 const std::vector<std::string> kTopKeys{
-    "name",          "model",          "backend",        "parallel",        "sequence_parallel",
-    "collectives",   "nccl_env",       "kernels",        "cudagraph",       "prefix_caching",
-    "chunked_prefill", "plan",         "timeout_s",      "expect",          "debug"};
+    "name",      "model",   "backend",   "parallel",       "sequence_parallel", "collectives",
+    "nccl_env",  "kernels", "cudagraph", "prefix_caching", "chunked_prefill",   "plan",
+    "timeout_s", "expect",  "debug"};
 const std::vector<std::string> kModelKeys{"preset", "path", "seed"};
 const std::vector<std::string> kParallelKeys{"tp", "ranks", "ring_order"};
 const std::vector<std::string> kSequenceParallelKeys{"enabled", "min_tokens"};
@@ -30,9 +30,8 @@ const std::vector<std::string> kCollectiveKeys{"all_reduce", "reduce_scatter", "
 const std::vector<std::string> kCudagraphKeys{"mode", "capture_sizes"};
 const std::vector<std::string> kPrefixCachingKeys{"enabled", "block_size"};
 const std::vector<std::string> kChunkedPrefillKeys{"max_tokens"};
-const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",   "batch_sizes",
-                                         "repeats",       "fresh_process", "max_model_len",
-                                         "max_num_seqs"};
+const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",    "batch_sizes", "repeats",
+                                         "fresh_process", "max_model_len", "max_num_seqs"};
 const std::vector<std::string> kPromptKeys{"count", "min_len", "max_len", "seed", "file"};
 const std::vector<std::string> kDebugKeys{"fault"};
 const std::vector<std::string> kFaults{"none", "crash", "abort", "hang", "exit"};
@@ -86,7 +85,9 @@ struct Cursor {
   const std::string& file;
   std::string pointer;
 
-  Cursor at(const std::string& key) const { return {file, pointer + "/" + json_pointer_token(key)}; }
+  Cursor at(const std::string& key) const {
+    return {file, pointer + "/" + json_pointer_token(key)};
+  }
   Cursor at(size_t index) const { return {file, pointer + "/" + std::to_string(index)}; }
 
   [[noreturn]] void fail(const std::string& what, const std::string& valid) const {
@@ -197,8 +198,7 @@ void read_enum(const json& object, const Cursor& at, const std::string& key, E& 
 std::vector<int> read_int_list(const json& value, const Cursor& at, int64_t lo, int64_t hi,
                                const std::string& valid) {
   if (!value.is_array()) {
-    at.fail("expected an array, got " + std::string(value.type_name()) + " " + shown(value),
-            valid);
+    at.fail("expected an array, got " + std::string(value.type_name()) + " " + shown(value), valid);
   }
   std::vector<int> out;
   for (size_t i = 0; i < value.size(); ++i) {
@@ -223,14 +223,15 @@ std::string last_path_component(const std::string& path) {
 
 void parse_model(const json& j, const Cursor& at, Scenario& s) {
   check_object(j, at, kModelKeys);
-  const bool has_preset = read_string(j, at, "preset", s.model.preset,
-                                      "one of " + quoted_list(preset_names()));
+  const bool has_preset =
+      read_string(j, at, "preset", s.model.preset, "one of " + quoted_list(preset_names()));
   const bool has_path = read_string(j, at, "path", s.model.path, "a checkpoint folder");
   if (has_preset && has_path) {
     at.fail("both 'preset' and 'path' are given", "exactly one of 'preset' and 'path'");
   }
   if (has_path) {
     if (s.model.path.empty()) at.at("path").fail("the path is empty", "a checkpoint folder");
+    s.model.path = resolve_path(at.file, s.model.path);
     s.model.preset.clear();
   }
   read_seed(j, at, s.model.seed);
@@ -269,9 +270,8 @@ void parse_plan(const json& j, const Cursor& at, Scenario& s) {
   read_int(j, at, "max_model_len", plan.max_model_len, 1);
   read_int(j, at, "max_num_seqs", plan.max_num_seqs, 1);
   if (const json* v = find(j, "batch_sizes")) {
-    const std::string valid =
-        "a non-empty array of integers in 1..max_num_seqs (" + std::to_string(plan.max_num_seqs) +
-        "), the first the reference";
+    const std::string valid = "a non-empty array of integers in 1..max_num_seqs (" +
+                              std::to_string(plan.max_num_seqs) + "), the first the reference";
     plan.batch_sizes = read_int_list(*v, at.at("batch_sizes"), 1, kIntMax, valid);
   }
 }
@@ -355,15 +355,18 @@ void check_combinations(const Scenario& s, const Cursor& at) {
       for (const auto& entry : sharded) divides_all = divides_all && entry.second % tp == 0;
       if (divides_all) good.push_back(std::to_string(tp));
     }
-    at.at("parallel").at("tp").fail("tp=" + std::to_string(s.tp) + " does not divide " +
-                                        join(not_divided) + " of model '" + model_name + "'",
-                                    "a tp that divides all of them: " + join(good));
+    at.at("parallel")
+        .at("tp")
+        .fail("tp=" + std::to_string(s.tp) + " does not divide " + join(not_divided) +
+                  " of model '" + model_name + "'",
+              "a tp that divides all of them: " + join(good));
   }
 
   if (s.ranks == RankKind::nccl && s.backend == Backend::cpu) {
-    at.at("parallel").at("ranks").fail(
-        "ranks 'nccl' need GPUs, but backend is 'cpu'",
-        "ranks 'emulated' on backend 'cpu', or ranks 'nccl' with backend 'cuda' or 'auto'");
+    at.at("parallel")
+        .at("ranks")
+        .fail("ranks 'nccl' need GPUs, but backend is 'cpu'",
+              "ranks 'emulated' on backend 'cpu', or ranks 'nccl' with backend 'cuda' or 'auto'");
   }
 
   if (!s.ring_order.empty()) {
@@ -372,17 +375,21 @@ void check_combinations(const Scenario& s, const Cursor& at) {
     std::vector<int> identity(s.tp);
     std::iota(identity.begin(), identity.end(), 0);
     if (sorted != identity) {
-      at.at("parallel").at("ring_order").fail(
-          shown(json(s.ring_order)) + " is not a permutation of 0.." + std::to_string(s.tp - 1),
-          "each of 0.." + std::to_string(s.tp - 1) + " exactly once (tp=" +
-              std::to_string(s.tp) + ")");
+      at.at("parallel")
+          .at("ring_order")
+          .fail(
+              shown(json(s.ring_order)) + " is not a permutation of 0.." + std::to_string(s.tp - 1),
+              "each of 0.." + std::to_string(s.tp - 1) +
+                  " exactly once (tp=" + std::to_string(s.tp) + ")");
     }
   }
 
   for (const auto& [key, value] : s.nccl_env) {
     if (key.rfind("NCCL_", 0) != 0) {
-      at.at("nccl_env").at(key).fail("'" + key + "' is not an NCCL variable",
-                                     "names starting with NCCL_, e.g. NCCL_ALGO");
+      at.at("nccl_env")
+          .at(key)
+          .fail("'" + key + "' is not an NCCL variable",
+                "names starting with NCCL_, e.g. NCCL_ALGO");
     }
   }
 
@@ -398,9 +405,10 @@ void check_combinations(const Scenario& s, const Cursor& at) {
 
   const int b = s.block_size;
   if (b < 1 || b > kMaxBlockSize || (b & (b - 1)) != 0) {
-    at.at("prefix_caching").at("block_size").fail(
-        "block_size " + std::to_string(b) + " is not a power of two in 1..256",
-        "1, 2, 4, 8, 16, 32, 64, 128 or 256");
+    at.at("prefix_caching")
+        .at("block_size")
+        .fail("block_size " + std::to_string(b) + " is not a power of two in 1..256",
+              "1, 2, 4, 8, 16, 32, 64, 128 or 256");
   }
 
   const PlanSpec& plan = s.plan;
@@ -410,35 +418,38 @@ void check_combinations(const Scenario& s, const Cursor& at) {
     longest_prompt =
         check_prompts_file(plan.prompts.file, plan_at.at("prompts").at("file"), config.vocab_size);
   } else if (plan.prompts.min_len > plan.prompts.max_len) {
-    plan_at.at("prompts").at("min_len").fail(
-        "min_len " + std::to_string(plan.prompts.min_len) + " exceeds max_len " +
-            std::to_string(plan.prompts.max_len),
-        "1 <= min_len <= max_len");
+    plan_at.at("prompts").at("min_len").fail("min_len " + std::to_string(plan.prompts.min_len) +
+                                                 " exceeds max_len " +
+                                                 std::to_string(plan.prompts.max_len),
+                                             "1 <= min_len <= max_len");
   }
   if (plan.batch_sizes.empty()) {
     plan_at.at("batch_sizes").fail("the list is empty", "a non-empty array of batch sizes");
   }
   for (size_t i = 0; i < plan.batch_sizes.size(); ++i) {
     if (plan.batch_sizes[i] > plan.max_num_seqs) {
-      plan_at.at("batch_sizes").at(i).fail(
-          "batch size " + std::to_string(plan.batch_sizes[i]) + " exceeds max_num_seqs " +
-              std::to_string(plan.max_num_seqs),
-          "an integer in 1.." + std::to_string(plan.max_num_seqs) + ", or raise max_num_seqs");
+      plan_at.at("batch_sizes")
+          .at(i)
+          .fail(
+              "batch size " + std::to_string(plan.batch_sizes[i]) + " exceeds max_num_seqs " +
+                  std::to_string(plan.max_num_seqs),
+              "an integer in 1.." + std::to_string(plan.max_num_seqs) + ", or raise max_num_seqs");
     }
   }
   const int64_t needed = int64_t{longest_prompt} + plan.max_tokens;
   if (needed > plan.max_model_len) {
-    plan_at.at("max_model_len").fail(
-        "the longest prompt (" + std::to_string(longest_prompt) + ") + max_tokens (" +
-            std::to_string(plan.max_tokens) + ") = " + std::to_string(needed) +
-            " exceeds max_model_len " + std::to_string(plan.max_model_len),
-        "max_model_len >= " + std::to_string(needed) + ", or shorter prompts or fewer tokens");
+    plan_at.at("max_model_len")
+        .fail(
+            "the longest prompt (" + std::to_string(longest_prompt) + ") + max_tokens (" +
+                std::to_string(plan.max_tokens) + ") = " + std::to_string(needed) +
+                " exceeds max_model_len " + std::to_string(plan.max_model_len),
+            "max_model_len >= " + std::to_string(needed) + ", or shorter prompts or fewer tokens");
   }
   if (plan.max_model_len > config.max_position_embeddings) {
-    plan_at.at("max_model_len").fail(
-        "max_model_len " + std::to_string(plan.max_model_len) + " exceeds the model's " +
-            "max_position_embeddings " + std::to_string(config.max_position_embeddings),
-        "an integer in 1.." + std::to_string(config.max_position_embeddings));
+    plan_at.at("max_model_len")
+        .fail("max_model_len " + std::to_string(plan.max_model_len) + " exceeds the model's " +
+                  "max_position_embeddings " + std::to_string(config.max_position_embeddings),
+              "an integer in 1.." + std::to_string(config.max_position_embeddings));
   }
 }
 
@@ -542,8 +553,8 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
   if (const json* v = find(j, "plan")) parse_plan(*v, at.at("plan"), s);
   if (const json* v = find(j, "timeout_s")) {
     if (!v->is_number() || !(v->get<double>() > 0)) {
-      at.at("timeout_s").fail("expected a positive number of seconds, got " + shown(*v),
-                              "a number > 0");
+      at.at("timeout_s")
+          .fail("expected a positive number of seconds, got " + shown(*v), "a number > 0");
     }
     s.timeout_s = v->get<double>();
   }
@@ -590,8 +601,8 @@ std::string Scenario::id() const {
   parts.push_back("graph=" + to_string(graph_mode));
   parts.push_back(std::string("prefix=") + (prefix_caching ? "on" : "off"));
   parts.push_back("kernels=" + to_string(kernels));
-  std::string model_part = "model=" + (model.path.empty() ? model.preset
-                                                          : last_path_component(model.path));
+  std::string model_part =
+      "model=" + (model.path.empty() ? model.preset : last_path_component(model.path));
   if (model.seed != 0) model_part += "(seed=" + std::to_string(model.seed) + ")";
   parts.push_back(model_part);
 
@@ -634,32 +645,31 @@ json Scenario::to_json() const {
                   {"max_len", plan.prompts.max_len},
                   {"seed", plan.prompts.seed}};
   if (!plan.prompts.file.empty()) prompts["file"] = plan.prompts.file;
-  return json{
-      {"name", name},
-      {"model", model_json},
-      {"backend", to_string(backend)},
-      {"parallel", {{"tp", tp}, {"ranks", to_string(ranks)}, {"ring_order", ring}}},
-      {"sequence_parallel", {{"enabled", sp_enabled}, {"min_tokens", sp_min_tokens}}},
-      {"collectives",
-       {{"all_reduce", to_string(all_reduce)},
-        {"reduce_scatter", to_string(reduce_scatter)},
-        {"all_gather", to_string(all_gather)}}},
-      {"nccl_env", nccl_env},
-      {"kernels", to_string(kernels)},
-      {"cudagraph", {{"mode", to_string(graph_mode)}, {"capture_sizes", capture_sizes}}},
-      {"prefix_caching", {{"enabled", prefix_caching}, {"block_size", block_size}}},
-      {"chunked_prefill", {{"max_tokens", chunked_prefill_max_tokens}}},
-      {"plan",
-       {{"prompts", prompts},
-        {"max_tokens", plan.max_tokens},
-        {"batch_sizes", plan.batch_sizes},
-        {"repeats", plan.repeats},
-        {"fresh_process", plan.fresh_process},
-        {"max_model_len", plan.max_model_len},
-        {"max_num_seqs", plan.max_num_seqs}}},
-      {"timeout_s", timeout_s},
-      {"expect", expect ? json(to_string(*expect)) : json(nullptr)},
-      {"debug", {{"fault", fault.empty() ? "none" : fault}}}};
+  return json{{"name", name},
+              {"model", model_json},
+              {"backend", to_string(backend)},
+              {"parallel", {{"tp", tp}, {"ranks", to_string(ranks)}, {"ring_order", ring}}},
+              {"sequence_parallel", {{"enabled", sp_enabled}, {"min_tokens", sp_min_tokens}}},
+              {"collectives",
+               {{"all_reduce", to_string(all_reduce)},
+                {"reduce_scatter", to_string(reduce_scatter)},
+                {"all_gather", to_string(all_gather)}}},
+              {"nccl_env", nccl_env},
+              {"kernels", to_string(kernels)},
+              {"cudagraph", {{"mode", to_string(graph_mode)}, {"capture_sizes", capture_sizes}}},
+              {"prefix_caching", {{"enabled", prefix_caching}, {"block_size", block_size}}},
+              {"chunked_prefill", {{"max_tokens", chunked_prefill_max_tokens}}},
+              {"plan",
+               {{"prompts", prompts},
+                {"max_tokens", plan.max_tokens},
+                {"batch_sizes", plan.batch_sizes},
+                {"repeats", plan.repeats},
+                {"fresh_process", plan.fresh_process},
+                {"max_model_len", plan.max_model_len},
+                {"max_num_seqs", plan.max_num_seqs}}},
+              {"timeout_s", timeout_s},
+              {"expect", expect ? json(to_string(*expect)) : json(nullptr)},
+              {"debug", {{"fault", fault.empty() ? "none" : fault}}}};
 }
 
 }  // namespace bih

@@ -80,7 +80,7 @@ class ScenarioError : public InputError {
   ScenarioError(const std::string& file, const std::string& pointer, const std::string& detail)
       : InputError(file, pointer, detail), file_(file), pointer_(pointer), detail_(detail) {}
   const std::string& file() const { return file_; }
-  const std::string& pointer() const { return pointer_; }  // scenario_from_json's prefix included
+  const std::string& pointer() const { return pointer_; }  // includes scenario_from_json's prefix
   const std::string& detail() const { return detail_; }    // "what is wrong; valid: ..."
 
  private:

@@ -49,7 +49,10 @@ std::string pointer_of_dotted(const std::string& dotted) {
   std::string pointer;
   std::stringstream parts(dotted);
   std::string part;
-  while (std::getline(parts, part, '.')) pointer += "/" + json_pointer_token(part);
+  while (std::getline(parts, part, '.')) {
+    pointer += '/';
+    pointer += json_pointer_token(part);
+  }
   return pointer;
 }
 
@@ -59,11 +62,12 @@ void check_dotted_key(const std::string& dotted, const std::string& file,
   const std::vector<std::string> keys = scenario_dotted_keys();
   std::string what = "unknown scenario key '" + dotted + "'";
   if (auto near = nearest_key(dotted, keys)) what += " (did you mean '" + *near + "'?)";
-  throw InputError(file, pointer, what + "; valid: " + [&] {
-    std::string all;
-    for (const auto& k : keys) all += (all.empty() ? "" : ", ") + k;
-    return all + ", nccl_env.NCCL_*";
-  }());
+  throw InputError(
+      file, pointer, what + "; valid: " + [&] {
+        std::string all;
+        for (const auto& k : keys) all += (all.empty() ? "" : ", ") + k;
+        return all + ", nccl_env.NCCL_*";
+      }());
 }
 
 // Writes `value` at a dotted key, creating objects on the way. model.preset and model.path are
@@ -183,7 +187,8 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
         const std::string pointer = "/axes/" + json_pointer_token(key);
         check_dotted_key(key, path, pointer);
         if (!values.is_array() || values.empty()) {
-          throw InputError(path, pointer, "expected a non-empty array of values; valid: e.g. [2, 4]");
+          throw InputError(path, pointer,
+                           "expected a non-empty array of values; valid: e.g. [2, 4]");
         }
         axes.emplace_back(key, values);
       }
@@ -241,21 +246,21 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
       }
       for (size_t a = 0; a < axes.size(); ++a) {
         const auto& [key, values] = axes[a];
-        point.overrides.push_back({key, values[digits[a]], path,
-                                   "/axes/" + json_pointer_token(key) + "/" +
-                                       std::to_string(digits[a])});
-        point.label += std::string(point.label.empty() ? "" : ", ") + key + "=" +
-                       values[digits[a]].dump();
+        point.overrides.push_back(
+            {key, values[digits[a]], path,
+             "/axes/" + json_pointer_token(key) + "/" + std::to_string(digits[a])});
+        point.label +=
+            std::string(point.label.empty() ? "" : ", ") + key + "=" + values[digits[a]].dump();
       }
       for (const Override& o : sets) point.overrides.push_back(o);
       Scenario scenario = build(base, point, path, base_pointer);
       const std::string id = scenario.id();
       for (const auto& [other_id, other_label] : seen) {
         if (other_id != id) continue;
-        throw InputError(path, point.pointer.empty() ? (axes.empty() ? "" : "/axes") : point.pointer,
-                         "scenarios [" + other_label + "] and [" + point.label +
-                             "] have the same id '" + id +
-                             "'; valid: cases and axis values that differ in a knob of the id");
+        throw InputError(
+            path, point.pointer.empty() ? (axes.empty() ? "" : "/axes") : point.pointer,
+            "scenarios [" + other_label + "] and [" + point.label + "] have the same id '" + id +
+                "'; valid: cases and axis values that differ in a knob of the id");
       }
       seen.emplace_back(id, point.label.empty() ? "the base" : point.label);
       set.scenarios.push_back(std::move(scenario));

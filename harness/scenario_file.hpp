@@ -5,10 +5,9 @@
 // and --only filters live here; the meaning of each key lives in scenario.cpp.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "harness/scenario.hpp"
 
