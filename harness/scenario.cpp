@@ -319,7 +319,8 @@ ModelConfig model_config(const Scenario& s, const Cursor& at) {
     }
     try {
       return load_config_json(config_path);
-    } catch (const InputError& e) {
+    } catch (const std::exception& e) {
+      // A checkpoint's config.json is user input too, whatever the parser threw.
       at.at("model").at("path").fail(std::string("bad model config: ") + e.what(), valid);
     }
   }
@@ -496,7 +497,13 @@ bool is_scenario_dotted_key(const std::string& dotted) {
 
 Scenario scenario_from_json(const json& j, const std::string& file, const std::string& pointer) {
   const Cursor at{file, pointer};
-  check_object(j, at, kTopKeys);
+  // "$schema" is for editors and validators; it carries no knob.
+  static const std::vector<std::string> kTopKeysInFiles = [] {
+    std::vector<std::string> keys = kTopKeys;
+    keys.push_back("$schema");
+    return keys;
+  }();
+  check_object(j, at, kTopKeysInFiles);
   Scenario s;
   s.source_file = file;
   read_string(j, at, "name", s.name);

@@ -33,7 +33,7 @@ Json parse_json_file(const std::string& path) {
                        /*ignore_comments=*/true);
   } catch (const nlohmann::json::parse_error& e) {
     // e.what() reads "[json.exception.parse_error.101] parse error at line L, column C: ...".
-    throw InputError(path + ": " + e.what());
+    throw InputError(path + ": " + e.what() + "; valid: JSON, comments allowed");
   }
 }
 
@@ -125,7 +125,7 @@ Scenario build(const ordered_json& base, const Point& point, const std::string& 
       const std::string prefix = pointer_of_dotted(o->dotted_key);
       if (e.pointer() == prefix || e.pointer().rfind(prefix + "/", 0) == 0) {
         throw InputError(o->file_label, o->pointer + e.pointer().substr(prefix.size()),
-                         e.detail() + " [in " + point.label + "]");
+                         e.detail() + (point.label.empty() ? "" : " [in " + point.label + "]"));
       }
     }
     throw InputError(path, base_pointer + e.pointer(),
@@ -156,7 +156,6 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
 
   if (!is_matrix) {
     base = doc;
-    base.erase("$schema");
     cases.push_back({});
   } else {
     for (const auto& [key, value] : doc.items()) {

@@ -401,6 +401,8 @@ TEST(ScenarioErrors, ImpossibleCombinations) {
                   {"at /model:", "exactly one of 'preset' and 'path'"});
   expect_rejected(json::parse(R"({"model": {"path": "/no/such/checkpoint"}})"),
                   {"at /model/path:", "config.json"});
+  expect_rejected(json{{"model", {{"path", kDataDir + "/data/ckpt-broken"}}}},
+                  {"at /model/path:", "bad model config", "checkpoint folder holding config.json"});
   expect_rejected(json::parse(R"({"nccl_env": {"ALGO": "Ring"}})"),
                   {"at /nccl_env/ALGO:", "NCCL_"});
 
