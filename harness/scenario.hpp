@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "harness/errors.hpp"
 #include "harness/verdict.hpp"
 #include "models/knobs.hpp"
 
@@ -71,6 +72,28 @@ struct Scenario {
   std::string id() const;
   nlohmann::json to_json() const;  // the resolved scenario, every key present
 };
+
+// The InputError scenario_from_json throws, with its pieces kept so that a matrix loader can point
+// the message at where the offending value came from (an axis, a case, a --set).
+class ScenarioError : public InputError {
+ public:
+  ScenarioError(const std::string& file, const std::string& pointer, const std::string& detail)
+      : InputError(file, pointer, detail), file_(file), pointer_(pointer), detail_(detail) {}
+  const std::string& file() const { return file_; }
+  const std::string& pointer() const { return pointer_; }  // includes scenario_from_json's prefix
+  const std::string& detail() const { return detail_; }    // "what is wrong; valid: ..."
+
+ private:
+  std::string file_, pointer_, detail_;
+};
+
+// Every key of a scenario object in dotted form, objects and leaves ("parallel", "parallel.tp",
+// "plan.prompts.count", ...). nccl_env's entries are free: "nccl_env.NCCL_<anything>".
+std::vector<std::string> scenario_dotted_keys();
+bool is_scenario_dotted_key(const std::string& dotted);
+
+// JSON pointer escaping of one reference token ("~" -> "~0", "/" -> "~1").
+std::string json_pointer_token(const std::string& key);
 
 // Parses and validates one scenario object. `file` names the source in errors; `pointer` is the
 // JSON pointer of `j` inside that file. Throws InputError.

@@ -1,0 +1,682 @@
+#include "harness/scenario.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <sstream>
+
+#include "harness/edit_distance.hpp"
+#include "harness/scenario_file.hpp"
+#include "models/config.hpp"
+
+namespace bih {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// The keys each object of a scenario may hold. One table serves unknown-key checks, suggestions
+// and the dotted keys of matrix files, so they cannot drift apart.
+const std::vector<std::string> kTopKeys{
+    "name",      "model",   "backend",   "parallel",       "sequence_parallel", "collectives",
+    "nccl_env",  "kernels", "cudagraph", "prefix_caching", "chunked_prefill",   "plan",
+    "timeout_s", "expect",  "debug"};
+const std::vector<std::string> kModelKeys{"preset", "path", "seed"};
+const std::vector<std::string> kParallelKeys{"tp", "ranks", "ring_order"};
+const std::vector<std::string> kSequenceParallelKeys{"enabled", "min_tokens"};
+const std::vector<std::string> kCollectiveKeys{"all_reduce", "reduce_scatter", "all_gather"};
+const std::vector<std::string> kCudagraphKeys{"mode", "capture_sizes"};
+const std::vector<std::string> kPrefixCachingKeys{"enabled", "block_size"};
+const std::vector<std::string> kChunkedPrefillKeys{"max_tokens"};
+const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",    "batch_sizes", "repeats",
+                                         "fresh_process", "max_model_len", "max_num_seqs"};
+const std::vector<std::string> kPromptKeys{"count", "min_len", "max_len", "seed", "file"};
+const std::vector<std::string> kDebugKeys{"fault"};
+const std::vector<std::string> kFaults{"none", "crash", "abort", "hang", "exit"};
+
+constexpr int kMaxTp = 64;
+constexpr int kMaxPrompts = 4096;
+constexpr int kMaxBlockSize = 256;
+constexpr int kDefaultBlockSize = 16;
+constexpr int kIntMax = std::numeric_limits<int>::max();
+
+// Sub-objects and the keys they allow, by dotted prefix.
+const std::vector<std::pair<std::string, const std::vector<std::string>*>>& object_tables() {
+  static const std::vector<std::pair<std::string, const std::vector<std::string>*>> tables{
+      {"model", &kModelKeys},
+      {"parallel", &kParallelKeys},
+      {"sequence_parallel", &kSequenceParallelKeys},
+      {"collectives", &kCollectiveKeys},
+      {"cudagraph", &kCudagraphKeys},
+      {"prefix_caching", &kPrefixCachingKeys},
+      {"chunked_prefill", &kChunkedPrefillKeys},
+      {"plan", &kPlanKeys},
+      {"plan.prompts", &kPromptKeys},
+      {"debug", &kDebugKeys}};
+  return tables;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& separator = ", ") {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += separator;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string quoted_list(const std::vector<std::string>& items) {
+  std::vector<std::string> quoted;
+  for (const auto& item : items) quoted.push_back("'" + item + "'");
+  return join(quoted);
+}
+
+// A value as the user wrote it, cut short so a message stays one line.
+std::string shown(const json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  return text;
+}
+
+// Where we are: the file (for messages and for resolving relative paths) and the JSON pointer.
+struct Cursor {
+  const std::string& file;
+  std::string pointer;
+
+  Cursor at(const std::string& key) const {
+    return {file, pointer + "/" + json_pointer_token(key)};
+  }
+  Cursor at(size_t index) const { return {file, pointer + "/" + std::to_string(index)}; }
+
+  [[noreturn]] void fail(const std::string& what, const std::string& valid) const {
+    throw ScenarioError(file, pointer, what + "; valid: " + valid);
+  }
+};
+
+// Checks that `j` is an object with only `allowed` keys; suggests the nearest for a typo.
+void check_object(const json& j, const Cursor& at, const std::vector<std::string>& allowed) {
+  if (!j.is_object()) {
+    at.fail("expected an object, got " + std::string(j.type_name()) + " " + shown(j),
+            "an object with keys " + join(allowed));
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    std::string what = "unknown key '" + key + "'";
+    if (auto near = nearest_key(key, allowed)) what += " (did you mean '" + *near + "'?)";
+    at.at(key).fail(what, "keys " + join(allowed));
+  }
+}
+
+const json* find(const json& object, const std::string& key) {
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+int64_t read_integer(const json& value, const Cursor& at, int64_t lo, int64_t hi,
+                     const std::string& range_text) {
+  if (!value.is_number_integer()) {
+    at.fail("expected an integer, got " + std::string(value.type_name()) + " " + shown(value),
+            range_text);
+  }
+  if (value.is_number_unsigned() && value.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    at.fail("value " + shown(value) + " is out of range", range_text);
+  }
+  const int64_t v = value.get<int64_t>();
+  if (v < lo || v > hi) at.fail("value " + shown(value) + " is out of range", range_text);
+  return v;
+}
+
+std::string range_text(int64_t lo, int64_t hi) {
+  if (hi >= kIntMax) return "an integer >= " + std::to_string(lo);
+  return "an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
+}
+
+// Reads object[key] as an int in lo..hi into `out`; leaves `out` alone when the key is absent.
+void read_int(const json& object, const Cursor& at, const std::string& key, int& out, int64_t lo,
+              int64_t hi = kIntMax) {
+  if (const json* v = find(object, key)) {
+    out = static_cast<int>(read_integer(*v, at.at(key), lo, hi, range_text(lo, hi)));
+  }
+}
+
+void read_seed(const json& object, const Cursor& at, uint64_t& out) {
+  const json* v = find(object, "seed");
+  if (!v) return;
+  const std::string valid = "an integer >= 0";
+  if (!v->is_number_integer()) {
+    at.at("seed").fail("expected an integer, got " + std::string(v->type_name()) + " " + shown(*v),
+                       valid);
+  }
+  if (v->is_number_unsigned()) {
+    out = v->get<uint64_t>();
+    return;
+  }
+  if (v->get<int64_t>() < 0) at.at("seed").fail("value " + shown(*v) + " is negative", valid);
+  out = static_cast<uint64_t>(v->get<int64_t>());
+}
+
+void read_bool(const json& object, const Cursor& at, const std::string& key, bool& out) {
+  const json* v = find(object, key);
+  if (!v) return;
+  if (!v->is_boolean()) {
+    at.at(key).fail("expected a boolean, got " + std::string(v->type_name()) + " " + shown(*v),
+                    "true or false");
+  }
+  out = v->get<bool>();
+}
+
+// Reads a string; `valid` describes what it may be for the type error.
+bool read_string(const json& object, const Cursor& at, const std::string& key, std::string& out,
+                 const std::string& valid = "a string") {
+  const json* v = find(object, key);
+  if (!v) return false;
+  if (!v->is_string()) {
+    at.at(key).fail("expected a string, got " + std::string(v->type_name()) + " " + shown(*v),
+                    valid);
+  }
+  out = v->get<std::string>();
+  return true;
+}
+
+// Reads one of an enum's spellings with the knobs.hpp parser.
+template <class E, class Parse>
+void read_enum(const json& object, const Cursor& at, const std::string& key, E& out, Parse parse,
+               const std::vector<std::string>& spellings) {
+  std::string text;
+  if (!read_string(object, at, key, text, "one of " + quoted_list(spellings))) return;
+  auto parsed = parse(text);
+  if (!parsed) {
+    std::string what = "unknown value '" + text + "' for " + key;
+    if (auto near = nearest_key(text, spellings)) what += " (did you mean '" + *near + "'?)";
+    at.at(key).fail(what, "one of " + quoted_list(spellings));
+  }
+  out = *parsed;
+}
+
+std::vector<int> read_int_list(const json& value, const Cursor& at, int64_t lo, int64_t hi,
+                               const std::string& valid) {
+  if (!value.is_array()) {
+    at.fail("expected an array, got " + std::string(value.type_name()) + " " + shown(value), valid);
+  }
+  std::vector<int> out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    out.push_back(static_cast<int>(read_integer(value[i], at.at(i), lo, hi, valid)));
+  }
+  return out;
+}
+
+// A path as written in a scenario, relative to the scenario file's folder, made absolute so the
+// resolved scenario means the same thing whoever reads it.
+std::string resolve_path(const std::string& scenario_file, const std::string& path) {
+  fs::path p(path);
+  if (p.is_relative()) p = fs::path(scenario_file).parent_path() / p;
+  return fs::absolute(p).lexically_normal().string();
+}
+
+std::string last_path_component(const std::string& path) {
+  fs::path p(path);
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+void parse_model(const json& j, const Cursor& at, Scenario& s) {
+  check_object(j, at, kModelKeys);
+  const bool has_preset =
+      read_string(j, at, "preset", s.model.preset, "one of " + quoted_list(preset_names()));
+  const bool has_path = read_string(j, at, "path", s.model.path, "a checkpoint folder");
+  if (has_preset && has_path) {
+    at.fail("both 'preset' and 'path' are given", "exactly one of 'preset' and 'path'");
+  }
+  if (has_path) {
+    if (s.model.path.empty()) at.at("path").fail("the path is empty", "a checkpoint folder");
+    s.model.path = resolve_path(at.file, s.model.path);
+    s.model.preset.clear();
+  }
+  read_seed(j, at, s.model.seed);
+}
+
+void parse_parallel(const json& j, const Cursor& at, Scenario& s) {
+  check_object(j, at, kParallelKeys);
+  read_int(j, at, "tp", s.tp, 1, kMaxTp);
+  read_enum(j, at, "ranks", s.ranks, parse_rank_kind, spellings_rank_kind());
+  if (const json* v = find(j, "ring_order")) {
+    const std::string valid = "a permutation of 0..tp-1 (tp=" + std::to_string(s.tp) + ")";
+    s.ring_order = read_int_list(*v, at.at("ring_order"), 0, kMaxTp - 1, valid);
+  }
+}
+
+void parse_plan(const json& j, const Cursor& at, Scenario& s) {
+  check_object(j, at, kPlanKeys);
+  PlanSpec& plan = s.plan;
+  if (const json* prompts = find(j, "prompts")) {
+    const Cursor pat = at.at("prompts");
+    check_object(*prompts, pat, kPromptKeys);
+    read_int(*prompts, pat, "count", plan.prompts.count, 1, kMaxPrompts);
+    read_int(*prompts, pat, "min_len", plan.prompts.min_len, 1);
+    read_int(*prompts, pat, "max_len", plan.prompts.max_len, 1);
+    read_seed(*prompts, pat, plan.prompts.seed);
+    if (read_string(*prompts, pat, "file", plan.prompts.file, "a JSON file of token-id lists")) {
+      if (plan.prompts.file.empty()) {
+        pat.at("file").fail("the file name is empty", "a JSON file of token-id lists");
+      }
+      plan.prompts.file = resolve_path(at.file, plan.prompts.file);
+    }
+  }
+  read_int(j, at, "max_tokens", plan.max_tokens, 1);
+  read_bool(j, at, "fresh_process", plan.fresh_process);
+  read_int(j, at, "repeats", plan.repeats, 1);
+  read_int(j, at, "max_model_len", plan.max_model_len, 1);
+  read_int(j, at, "max_num_seqs", plan.max_num_seqs, 1);
+  if (const json* v = find(j, "batch_sizes")) {
+    const std::string valid = "a non-empty array of integers in 1..max_num_seqs (" +
+                              std::to_string(plan.max_num_seqs) + "), the first the reference";
+    plan.batch_sizes = read_int_list(*v, at.at("batch_sizes"), 1, kIntMax, valid);
+  }
+}
+
+// The token-id lists of a prompts file: checked here so a bad file fails before any run starts.
+// Returns the longest prompt's length.
+int check_prompts_file(const std::string& path, const Cursor& at, int vocab_size) {
+  const std::string valid = "an existing JSON file holding [[token ids], ...]";
+  if (!fs::is_regular_file(path)) at.fail("prompts file '" + path + "' does not exist", valid);
+  json prompts;
+  try {
+    prompts = read_json_file(path);
+  } catch (const InputError& e) {
+    at.fail(std::string("cannot read the prompts file: ") + e.what(), valid);
+  }
+  const std::string token_range = "token ids in 0.." + std::to_string(vocab_size - 1);
+  if (!prompts.is_array() || prompts.empty()) {
+    at.fail("prompts file '" + path + "' is not a non-empty array", valid);
+  }
+  size_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const json& prompt = prompts[i];
+    const std::string where = "prompts file '" + path + "' entry " + std::to_string(i);
+    if (!prompt.is_array() || prompt.empty()) {
+      at.fail(where + " is not a non-empty array of token ids", valid);
+    }
+    for (const json& token : prompt) {
+      if (!token.is_number_integer() || token.get<int64_t>() < 0 ||
+          token.get<int64_t>() >= vocab_size) {
+        at.fail(where + " holds " + shown(token), token_range);
+      }
+    }
+    longest = std::max(longest, prompt.size());
+  }
+  return static_cast<int>(longest);
+}
+
+// The model's shape, for the checks that depend on it.
+ModelConfig model_config(const Scenario& s, const Cursor& at) {
+  if (!s.model.path.empty()) {
+    const std::string config_path = (fs::path(s.model.path) / "config.json").string();
+    const std::string valid = "a Hugging Face checkpoint folder holding config.json";
+    if (!fs::is_regular_file(config_path)) {
+      at.at("model").at("path").fail("'" + config_path + "' does not exist", valid);
+    }
+    try {
+      return load_config_json(config_path);
+    } catch (const std::exception& e) {
+      // A checkpoint's config.json is user input too, whatever the parser threw.
+      at.at("model").at("path").fail(std::string("bad model config: ") + e.what(), valid);
+    }
+  }
+  auto config = preset_config(s.model.preset);
+  if (!config) {
+    std::string what = "unknown preset '" + s.model.preset + "'";
+    if (auto near = nearest_key(s.model.preset, preset_names())) {
+      what += " (did you mean '" + *near + "'?)";
+    }
+    at.at("model").at("preset").fail(what, "one of " + quoted_list(preset_names()));
+  }
+  return *config;
+}
+
+// Cross-field rules: each names the field whose value a user would most likely change.
+void check_combinations(const Scenario& s, const Cursor& at) {
+  const ModelConfig config = model_config(s, at);
+  const std::string model_name = s.model.path.empty() ? s.model.preset : s.model.path;
+
+  const std::vector<std::pair<std::string, int>> sharded{
+      {"num_heads", config.num_heads},
+      {"num_kv_heads", config.num_kv_heads},
+      {"intermediate_size", config.intermediate_size},
+      {"vocab_size", config.vocab_size}};
+  std::vector<std::string> not_divided;
+  for (const auto& [what, size] : sharded) {
+    if (size % s.tp != 0) not_divided.push_back(what + "=" + std::to_string(size));
+  }
+  if (!not_divided.empty()) {
+    std::vector<std::string> good;
+    for (int tp = 1; tp <= kMaxTp; ++tp) {
+      bool divides_all = true;
+      for (const auto& entry : sharded) divides_all = divides_all && entry.second % tp == 0;
+      if (divides_all) good.push_back(std::to_string(tp));
+    }
+    at.at("parallel")
+        .at("tp")
+        .fail("tp=" + std::to_string(s.tp) + " does not divide " + join(not_divided) +
+                  " of model '" + model_name + "'",
+              "a tp that divides all of them: " + join(good));
+  }
+
+  if (s.ranks == RankKind::nccl && s.backend == Backend::cpu) {
+    at.at("parallel")
+        .at("ranks")
+        .fail("ranks 'nccl' need GPUs, but backend is 'cpu'",
+              "ranks 'emulated' on backend 'cpu', or ranks 'nccl' with backend 'cuda' or 'auto'");
+  }
+
+  if (!s.ring_order.empty()) {
+    std::vector<int> sorted = s.ring_order;
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<int> identity(s.tp);
+    std::iota(identity.begin(), identity.end(), 0);
+    if (sorted != identity) {
+      at.at("parallel")
+          .at("ring_order")
+          .fail(
+              shown(json(s.ring_order)) + " is not a permutation of 0.." + std::to_string(s.tp - 1),
+              "each of 0.." + std::to_string(s.tp - 1) +
+                  " exactly once (tp=" + std::to_string(s.tp) + ")");
+    }
+  }
+
+  for (const auto& [key, value] : s.nccl_env) {
+    if (key.rfind("NCCL_", 0) != 0) {
+      at.at("nccl_env")
+          .at(key)
+          .fail("'" + key + "' is not an NCCL variable",
+                "names starting with NCCL_, e.g. NCCL_ALGO");
+    }
+  }
+
+  const Cursor sizes_at = at.at("cudagraph").at("capture_sizes");
+  if (s.capture_sizes.empty()) sizes_at.fail("the list is empty", "strictly increasing sizes >= 1");
+  for (size_t i = 1; i < s.capture_sizes.size(); ++i) {
+    if (s.capture_sizes[i] <= s.capture_sizes[i - 1]) {
+      sizes_at.at(i).fail(std::to_string(s.capture_sizes[i]) + " does not exceed the previous " +
+                              std::to_string(s.capture_sizes[i - 1]),
+                          "strictly increasing sizes >= 1");
+    }
+  }
+
+  const int b = s.block_size;
+  if (b < 1 || b > kMaxBlockSize || (b & (b - 1)) != 0) {
+    at.at("prefix_caching")
+        .at("block_size")
+        .fail("block_size " + std::to_string(b) + " is not a power of two in 1..256",
+              "1, 2, 4, 8, 16, 32, 64, 128 or 256");
+  }
+
+  const PlanSpec& plan = s.plan;
+  const Cursor plan_at = at.at("plan");
+  int longest_prompt = plan.prompts.max_len;
+  if (!plan.prompts.file.empty()) {
+    longest_prompt =
+        check_prompts_file(plan.prompts.file, plan_at.at("prompts").at("file"), config.vocab_size);
+  } else if (plan.prompts.min_len > plan.prompts.max_len) {
+    plan_at.at("prompts").at("min_len").fail("min_len " + std::to_string(plan.prompts.min_len) +
+                                                 " exceeds max_len " +
+                                                 std::to_string(plan.prompts.max_len),
+                                             "1 <= min_len <= max_len");
+  }
+  if (plan.batch_sizes.empty()) {
+    plan_at.at("batch_sizes").fail("the list is empty", "a non-empty array of batch sizes");
+  }
+  for (size_t i = 0; i < plan.batch_sizes.size(); ++i) {
+    if (plan.batch_sizes[i] > plan.max_num_seqs) {
+      plan_at.at("batch_sizes")
+          .at(i)
+          .fail(
+              "batch size " + std::to_string(plan.batch_sizes[i]) + " exceeds max_num_seqs " +
+                  std::to_string(plan.max_num_seqs),
+              "an integer in 1.." + std::to_string(plan.max_num_seqs) + ", or raise max_num_seqs");
+    }
+  }
+  const int64_t needed = int64_t{longest_prompt} + plan.max_tokens;
+  if (needed > plan.max_model_len) {
+    plan_at.at("max_model_len")
+        .fail(
+            "the longest prompt (" + std::to_string(longest_prompt) + ") + max_tokens (" +
+                std::to_string(plan.max_tokens) + ") = " + std::to_string(needed) +
+                " exceeds max_model_len " + std::to_string(plan.max_model_len),
+            "max_model_len >= " + std::to_string(needed) + ", or shorter prompts or fewer tokens");
+  }
+  if (plan.max_model_len > config.max_position_embeddings) {
+    plan_at.at("max_model_len")
+        .fail("max_model_len " + std::to_string(plan.max_model_len) + " exceeds the model's " +
+                  "max_position_embeddings " + std::to_string(config.max_position_embeddings),
+              "an integer in 1.." + std::to_string(config.max_position_embeddings));
+  }
+}
+
+}  // namespace
+
+std::string json_pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> scenario_dotted_keys() {
+  std::vector<std::string> keys;
+  for (const auto& top : kTopKeys) {
+    keys.push_back(top);
+    for (const auto& [prefix, table] : object_tables()) {
+      if (prefix != top) continue;
+      for (const auto& key : *table) {
+        keys.push_back(prefix + "." + key);
+        if (prefix + "." + key == "plan.prompts") {
+          for (const auto& prompt_key : kPromptKeys) keys.push_back("plan.prompts." + prompt_key);
+        }
+      }
+    }
+  }
+  return keys;
+}
+
+bool is_scenario_dotted_key(const std::string& dotted) {
+  static const std::vector<std::string> keys = scenario_dotted_keys();
+  if (std::find(keys.begin(), keys.end(), dotted) != keys.end()) return true;
+  const std::string env_prefix = "nccl_env.NCCL_";
+  return dotted.size() > env_prefix.size() && dotted.rfind(env_prefix, 0) == 0 &&
+         dotted.find('.', env_prefix.size()) == std::string::npos;
+}
+
+Scenario scenario_from_json(const json& j, const std::string& file, const std::string& pointer) {
+  const Cursor at{file, pointer};
+  // "$schema" is for editors and validators; it carries no knob.
+  static const std::vector<std::string> kTopKeysInFiles = [] {
+    std::vector<std::string> keys = kTopKeys;
+    keys.push_back("$schema");
+    return keys;
+  }();
+  check_object(j, at, kTopKeysInFiles);
+  Scenario s;
+  s.source_file = file;
+  read_string(j, at, "name", s.name);
+  if (const json* v = find(j, "model")) parse_model(*v, at.at("model"), s);
+  read_enum(j, at, "backend", s.backend, parse_backend, spellings_backend());
+  if (const json* v = find(j, "parallel")) parse_parallel(*v, at.at("parallel"), s);
+  if (const json* v = find(j, "sequence_parallel")) {
+    const Cursor sp_at = at.at("sequence_parallel");
+    check_object(*v, sp_at, kSequenceParallelKeys);
+    read_bool(*v, sp_at, "enabled", s.sp_enabled);
+    read_int(*v, sp_at, "min_tokens", s.sp_min_tokens, 1);
+  }
+  if (const json* v = find(j, "collectives")) {
+    const Cursor c_at = at.at("collectives");
+    check_object(*v, c_at, kCollectiveKeys);
+    read_enum(*v, c_at, "all_reduce", s.all_reduce, parse_reduce_order, spellings_reduce_order());
+    read_enum(*v, c_at, "reduce_scatter", s.reduce_scatter, parse_reduce_order,
+              spellings_reduce_order());
+    read_enum(*v, c_at, "all_gather", s.all_gather, parse_reduce_order, spellings_reduce_order());
+  }
+  if (const json* v = find(j, "nccl_env")) {
+    const Cursor env_at = at.at("nccl_env");
+    if (!v->is_object()) {
+      env_at.fail("expected an object, got " + std::string(v->type_name()) + " " + shown(*v),
+                  "an object of NCCL_* names to string values");
+    }
+    for (const auto& [key, value] : v->items()) {
+      std::string text;
+      read_string(*v, env_at, key, text, "a string, e.g. \"4\"");
+      s.nccl_env[key] = text;
+    }
+  }
+  read_enum(j, at, "kernels", s.kernels, parse_kernel_family, spellings_kernel_family());
+  if (const json* v = find(j, "cudagraph")) {
+    const Cursor g_at = at.at("cudagraph");
+    check_object(*v, g_at, kCudagraphKeys);
+    read_enum(*v, g_at, "mode", s.graph_mode, parse_graph_mode, spellings_graph_mode());
+    if (const json* sizes = find(*v, "capture_sizes")) {
+      s.capture_sizes = read_int_list(*sizes, g_at.at("capture_sizes"), 1, kIntMax,
+                                      "a non-empty, strictly increasing array of sizes >= 1");
+    }
+  }
+  if (const json* v = find(j, "prefix_caching")) {
+    const Cursor p_at = at.at("prefix_caching");
+    check_object(*v, p_at, kPrefixCachingKeys);
+    read_bool(*v, p_at, "enabled", s.prefix_caching);
+    read_int(*v, p_at, "block_size", s.block_size, 1, kMaxBlockSize);
+  }
+  if (const json* v = find(j, "chunked_prefill")) {
+    const Cursor c_at = at.at("chunked_prefill");
+    check_object(*v, c_at, kChunkedPrefillKeys);
+    read_int(*v, c_at, "max_tokens", s.chunked_prefill_max_tokens, 0);
+  }
+  if (const json* v = find(j, "plan")) parse_plan(*v, at.at("plan"), s);
+  if (const json* v = find(j, "timeout_s")) {
+    if (!v->is_number() || !(v->get<double>() > 0)) {
+      at.at("timeout_s")
+          .fail("expected a positive number of seconds, got " + shown(*v), "a number > 0");
+    }
+    s.timeout_s = v->get<double>();
+  }
+  if (const json* v = find(j, "expect"); v && !v->is_null()) {
+    const std::vector<std::string> verdicts{"invariant", "batch_variant", "nondeterministic",
+                                            "error", "unsupported"};
+    std::string text;
+    read_string(j, at, "expect", text, "one of " + quoted_list(verdicts) + ", or null");
+    s.expect = parse_verdict(text);
+    if (!s.expect) {
+      std::string what = "unknown verdict '" + text + "'";
+      if (auto near = nearest_key(text, verdicts)) what += " (did you mean '" + *near + "'?)";
+      at.at("expect").fail(what, "one of " + quoted_list(verdicts) + ", or null");
+    }
+  }
+  if (const json* v = find(j, "debug")) {
+    const Cursor d_at = at.at("debug");
+    check_object(*v, d_at, kDebugKeys);
+    std::string fault;
+    if (read_string(*v, d_at, "fault", fault, "one of " + quoted_list(kFaults))) {
+      if (std::find(kFaults.begin(), kFaults.end(), fault) == kFaults.end()) {
+        std::string what = "unknown fault '" + fault + "'";
+        if (auto near = nearest_key(fault, kFaults)) what += " (did you mean '" + *near + "'?)";
+        d_at.at("fault").fail(what, "one of " + quoted_list(kFaults));
+      }
+      s.fault = fault == "none" ? "" : fault;
+    }
+  }
+
+  check_combinations(s, at);
+  // The identity ring is the default; store it as such so equal scenarios compare equal.
+  bool identity = true;
+  for (size_t i = 0; i < s.ring_order.size(); ++i) identity = identity && s.ring_order[i] == int(i);
+  if (identity) s.ring_order.clear();
+  return s;
+}
+
+std::string Scenario::id() const {
+  std::vector<std::string> parts;
+  parts.push_back("tp=" + std::to_string(tp));
+  parts.push_back(sp_enabled ? "sp=on(min=" + std::to_string(sp_min_tokens) + ")" : "sp=off");
+  parts.push_back("ar=" + to_string(all_reduce));
+  parts.push_back("rs=" + to_string(reduce_scatter));
+  parts.push_back("graph=" + to_string(graph_mode));
+  parts.push_back(std::string("prefix=") + (prefix_caching ? "on" : "off"));
+  parts.push_back("kernels=" + to_string(kernels));
+  std::string model_part =
+      "model=" + (model.path.empty() ? model.preset : last_path_component(model.path));
+  if (model.seed != 0) model_part += "(seed=" + std::to_string(model.seed) + ")";
+  parts.push_back(model_part);
+
+  if (all_gather != ReduceOrder::ring) parts.push_back("ag=" + to_string(all_gather));
+  if (chunked_prefill_max_tokens > 0) {
+    parts.push_back("chunk=" + std::to_string(chunked_prefill_max_tokens));
+  }
+  if (ranks == RankKind::nccl) parts.push_back("ranks=nccl");
+  bool identity_ring = true;
+  for (size_t i = 0; i < ring_order.size(); ++i) {
+    identity_ring = identity_ring && ring_order[i] == int(i);
+  }
+  if (!identity_ring) {
+    std::vector<std::string> ranks_text;
+    for (int r : ring_order) ranks_text.push_back(std::to_string(r));
+    parts.push_back("ring=" + join(ranks_text, "-"));
+  }
+  if (backend != Backend::cpu) parts.push_back("backend=" + to_string(backend));
+  if (prefix_caching && block_size != kDefaultBlockSize) {
+    parts.push_back("block=" + std::to_string(block_size));
+  }
+  if (!fault.empty()) parts.push_back("fault=" + fault);
+  return join(parts, ",");
+}
+
+json Scenario::to_json() const {
+  std::vector<int> ring = ring_order;
+  if (ring.empty()) {
+    ring.resize(tp);
+    std::iota(ring.begin(), ring.end(), 0);
+  }
+  json model_json = {{"seed", model.seed}};
+  if (model.path.empty()) {
+    model_json["preset"] = model.preset;
+  } else {
+    model_json["path"] = model.path;
+  }
+  json prompts = {{"count", plan.prompts.count},
+                  {"min_len", plan.prompts.min_len},
+                  {"max_len", plan.prompts.max_len},
+                  {"seed", plan.prompts.seed}};
+  if (!plan.prompts.file.empty()) prompts["file"] = plan.prompts.file;
+  return json{{"name", name},
+              {"model", model_json},
+              {"backend", to_string(backend)},
+              {"parallel", {{"tp", tp}, {"ranks", to_string(ranks)}, {"ring_order", ring}}},
+              {"sequence_parallel", {{"enabled", sp_enabled}, {"min_tokens", sp_min_tokens}}},
+              {"collectives",
+               {{"all_reduce", to_string(all_reduce)},
+                {"reduce_scatter", to_string(reduce_scatter)},
+                {"all_gather", to_string(all_gather)}}},
+              {"nccl_env", nccl_env},
+              {"kernels", to_string(kernels)},
+              {"cudagraph", {{"mode", to_string(graph_mode)}, {"capture_sizes", capture_sizes}}},
+              {"prefix_caching", {{"enabled", prefix_caching}, {"block_size", block_size}}},
+              {"chunked_prefill", {{"max_tokens", chunked_prefill_max_tokens}}},
+              {"plan",
+               {{"prompts", prompts},
+                {"max_tokens", plan.max_tokens},
+                {"batch_sizes", plan.batch_sizes},
+                {"repeats", plan.repeats},
+                {"fresh_process", plan.fresh_process},
+                {"max_model_len", plan.max_model_len},
+                {"max_num_seqs", plan.max_num_seqs}}},
+              {"timeout_s", timeout_s},
+              {"expect", expect ? json(to_string(*expect)) : json(nullptr)},
+              {"debug", {{"fault", fault.empty() ? "none" : fault}}}};
+}
+
+}  // namespace bih
