@@ -54,7 +54,6 @@ int diff_command(const std::string& a_path, const std::string& b_path, int max_d
 int main(int argc, char** argv) {
   CLI::App app{kDescription, "bih"};
   app.require_subcommand(1);
-  app.formatter()->column_width(40);
 
   bih::RunOptions run;
   CLI::App* run_cmd = app.add_subcommand(
