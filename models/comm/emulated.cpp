@@ -180,12 +180,20 @@ std::string EmulatedGroup::complete_publish_locked() {
   }
   current_call_ = next_call_++;
   if (first.op == Op::all_reduce) {
-    // No rank reads this buffer now: its last readers copied out of it during call
-    // current_call_ - 2, which every rank finished before arriving here.
-    std::vector<bf16>& scratch = scratch_[current_call_ & 1];
-    if (scratch.size() < first.count) scratch.resize(first.count);
+    // Every rank is here, so nobody still copies an earlier result out of the scratch.
+    if (scratch_.size() < first.count) scratch_.resize(first.count);
   }
   return {};
+}
+
+template <class Work>
+void EmulatedGroup::run_or_abort(int rank, const char* what, Work&& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    abort("rank " + std::to_string(rank) + " failed inside " + what + ": " + e.what());
+    throw;
+  }
 }
 
 uint64_t EmulatedGroup::publish_and_wait(int rank, const Posted& posted) {
@@ -226,9 +234,12 @@ void EmulatedGroup::all_reduce(int rank, bf16* data, size_t count) {
   // copies the whole result. Each element's order is the model's, whoever computes it.
   const size_t begin = count * rank / size_;
   const size_t end = count * (rank + 1) / size_;
-  bf16* scratch = scratch_[call & 1].data();
-  all_reduce_range(orders_.all_reduce, inputs_, count, begin, end,
-                   RankSequences{.ring = ring_order_, .arrival = arrival_order_}, scratch + begin);
+  bf16* scratch = scratch_.data();
+  run_or_abort(rank, "all_reduce", [&] {
+    all_reduce_range(orders_.all_reduce, inputs_, count, begin, end,
+                     RankSequences{.ring = ring_order_, .arrival = arrival_order_},
+                     scratch + begin);
+  });
   finish_and_wait(rank, call);  // all slices written; no rank reads `data` any more
   if (count > 0) std::memcpy(data, scratch, count * sizeof(bf16));
 }
@@ -242,8 +253,10 @@ void EmulatedGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_t c
   if (orders_.reduce_scatter == ReduceOrder::arrival) sleep_before_arrival();
   const uint64_t call = publish_and_wait(rank, Posted{Op::reduce_scatter, in, count});
   // Only this rank reads block `rank` of the inputs, so out may be in + rank*count (in place).
-  reduce_scatter_block(orders_.reduce_scatter, inputs_, count, rank,
-                       RankSequences{.ring = ring_order_, .arrival = arrival_order_}, out);
+  run_or_abort(rank, "reduce_scatter", [&] {
+    reduce_scatter_block(orders_.reduce_scatter, inputs_, count, rank,
+                         RankSequences{.ring = ring_order_, .arrival = arrival_order_}, out);
+  });
   finish_and_wait(rank, call);  // peers may now overwrite their inputs
 }
 

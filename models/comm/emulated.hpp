@@ -79,6 +79,10 @@ class EmulatedGroup {
   void abort_locked(const std::string& why);
   [[noreturn]] void throw_aborted_locked() const;
   void sleep_before_arrival() const;
+  // Runs a rank's work between the barriers; if it throws, aborts the group first so that the
+  // peers waiting at barrier 2 wake instead of hanging, then rethrows.
+  template <class Work>
+  void run_or_abort(int rank, const char* what, Work&& work);
   std::string describe_call_locked(const Posted& posted, uint64_t call) const;
 
   const int size_;
@@ -104,9 +108,10 @@ class EmulatedGroup {
   std::vector<Posted> posted_;       // [size]
   std::vector<const bf16*> inputs_;  // [size]: posted_[r].in, as the order models take them
   std::vector<int> arrival_order_;   // [size]: arrival position -> rank, for this call
-  // all_reduce results, [count]: rank r computes slice r, then every rank copies it all. Two
-  // buffers alternate by call so that call k+1 may write while a slow rank still copies call k.
-  std::vector<bf16> scratch_[2];
+  // all_reduce results, [count]: rank r computes slice r, then every rank copies it all. One
+  // buffer suffices: call k+1 writes it only after every rank reached call k+1's barrier 1, that
+  // is after every rank finished copying call k's result.
+  std::vector<bf16> scratch_;
 };
 
 }  // namespace bih
