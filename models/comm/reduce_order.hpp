@@ -6,7 +6,9 @@
 // its barriers, and tests and the localizer call them directly to predict a collective's bits.
 //
 // Every order except `fixed` is a *chain*: acc = value of chain[0]; then for each next rank,
-// acc = round_bf16(acc + value). `fixed` sums in fp32 in rank order 0..n-1 and rounds once.
+// acc = round_bf16(acc + value). `fixed` sums in fp32 in rank order 0..n-1 and rounds once; it
+// starts from rank 0's value rather than from 0.f, which only matters for a sum of all -0.0 (0.f
+// would make it +0.0) and keeps TP=2 `fixed` bitwise equal to the two-term chains.
 #pragma once
 
 #include <cstddef>
