@@ -176,6 +176,17 @@ TEST(ReduceOrderTest, TwoRanksAllOrdersAgreeBitwise) {
   }
 }
 
+TEST(ReduceOrderTest, TwoNegativeZerosSumToNegativeZeroInEveryOrder) {
+  // -0 + -0 = -0 in IEEE; fixed starts from rank 0's value (not +0.f), so it agrees too.
+  const bf16 negative_zero{0x8000};
+  std::vector<std::vector<bf16>> inputs{{negative_zero}, {negative_zero}};
+  for (ReduceOrder order : {ReduceOrder::ring, ReduceOrder::tree, ReduceOrder::fixed}) {
+    bf16 out{};
+    all_reduce_range(order, pointers(inputs), 1, 0, 1, {}, &out);
+    EXPECT_EQ(out.bits, 0x8000) << to_string(order);
+  }
+}
+
 TEST(ReduceOrderTest, RingAllReduceDependsOnMessageSizeTreeDoesNot) {
   // Element 2 carries x0 = 1, x1..x3 = 2^-8 in messages of 4 and of 12 elements (n = 4).
   //  4 elements: chunk size 1, element 2 in chunk 2: chain 3,0,1,2 -> 1 (see the owner-2 case
