@@ -34,7 +34,7 @@ class Communicator {
 
   // Wakes every rank blocked in a collective with CommAborted; later calls throw too.
   virtual void abort(const std::string& why) = 0;
-  // "emulated(ar=tree,rs=ring,ag=ring,ring_order=0,1,2,3)"
+  // "emulated(ar=tree,rs=ring,ag=ring)", plus ",ring=0-2-1-3" for a non-identity ring
   virtual std::string describe() const = 0;
 };
 
