@@ -69,9 +69,12 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   report.id = outcome.id;
   report.expect = scenario.expect;
   report.environment = collect_environment();
-  report.model = {{"preset", scenario.model.preset.empty() ? nlohmann::json() : nlohmann::json(scenario.model.preset)},
-                  {"path", scenario.model.path.empty() ? nlohmann::json() : nlohmann::json(scenario.model.path)},
-                  {"seed", scenario.model.seed}};
+  report.model = {{"seed", scenario.model.seed}};
+  if (!scenario.model.path.empty()) {
+    report.model["path"] = scenario.model.path;
+  } else {
+    report.model["preset"] = scenario.model.preset;
+  }
 
   const fs::path work = fs::path(options.out_dir) / "work" /
                         fs::path(report_file_name(outcome.id)).stem();
@@ -152,6 +155,13 @@ int run_command(const RunOptions& options) {
     for (Scenario& s : set.scenarios) scenarios.push_back(std::move(s));
   }
   scenarios = filter_scenarios(std::move(scenarios), options.only);
+  for (const Scenario& s : scenarios) {
+    if (make_plan(s.plan).comparisons.empty()) {
+      throw InputError(s.source_file, "/plan",
+                       "scenario " + s.id() + " compares nothing; valid: at least two "
+                       "batch_sizes, repeats >= 2, or fresh_process true");
+    }
+  }
   if (scenarios.empty()) {
     throw InputError("no scenario matches the --only filters; `bih list FILE` prints the ids");
   }

@@ -103,12 +103,8 @@ int run_worker(const WorkerArgs& args) {
   Engine engine(weights, engine_options(s), comms);
 
   nlohmann::json meta;
-  meta["model"] = {{"config", weights->config.name},
-                   {"preset", s.model.preset},
-                   {"path", s.model.path},
-                   {"seed", s.model.seed},
-                   {"weights_hash", weights_hash(*weights)},
-                   {"load_s", load_s}};
+  meta["model"] = {{"weights_hash", weights_hash(*weights)}, {"load_s", load_s}};
+  if (!s.model.path.empty()) meta["model"]["path"] = s.model.path;
   meta["communicator"] = group.describe();
   meta["generations"] = nlohmann::json::array();
 

@@ -13,6 +13,9 @@
 #include "harness/generation.hpp"
 #include "harness/scenario_file.hpp"
 #include "harness/worker.hpp"
+#if defined(BIH_HAVE_CUDA)
+#include "models/cuda/device_info.hpp"
+#endif
 
 namespace {
 
@@ -103,6 +106,9 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : static_cast<int>(bih::ExitCode::usage_error);
   }
 
+#if defined(BIH_HAVE_CUDA)
+  bih::cuda::register_environment_provider();
+#endif
   try {
     if (*run_cmd) return bih::run_command(run);
     if (*list_cmd) {

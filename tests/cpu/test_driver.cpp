@@ -120,6 +120,15 @@ TEST(Driver, DiffOfTwoDumpsReportsCounts) {
   }
   std::sort(dumps.begin(), dumps.end());
   ASSERT_EQ(dumps.size(), 3u) << r.output;  // bs=1, bs=4, bs=4#2
+  const auto reports = testing::report_files(dir / "out");
+  ASSERT_EQ(reports.size(), 1u);
+  const auto batch = read_json_file(reports[0].string()).at("comparisons").at(0);
+  const int differ = batch.at("logprobs_differ").get<int>();
+  // bih diff of the bs=1 and bs=4 dumps says what the report's batch comparison says.
+  const auto d = testing::run_bih({"diff", dumps[0].string(), dumps[1].string()});
+  EXPECT_EQ(d.exit_code, differ > 0 ? 1 : 0) << d.output;
+  EXPECT_NE(d.output.find(std::to_string(differ) + "/16 logprobs differ"), std::string::npos)
+      << d.output;
   const auto same = testing::run_bih({"diff", dumps[1].string(), dumps[1].string()});
   EXPECT_EQ(same.exit_code, 0) << same.output;
   EXPECT_NE(same.output.find("0/16 logprobs differ"), std::string::npos) << same.output;

@@ -14,6 +14,10 @@
 #include "run_bih.hpp"
 
 namespace bih {
+
+// gtest prints parameters in failure messages and test listings: the id says it all.
+void PrintTo(const Scenario& s, std::ostream* os) { *os << s.id(); }
+
 namespace {
 
 const std::string kMatrix = std::string(BIH_SOURCE_DIR) + "/scenarios/issue-56370.json";

@@ -1,0 +1,68 @@
+#include "models/cuda/device_info.hpp"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#if defined(BIH_HAVE_NCCL)
+#include <nccl.h>
+#endif
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "harness/environment.hpp"
+
+namespace bih::cuda {
+namespace {
+
+// 13000 -> "13.0"; 580159 style driver numbers are not what CUDA reports (it gives 13000 too).
+std::string cuda_version_string(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+nlohmann::json gpu_environment() {
+  nlohmann::json gpu = nlohmann::json::object();
+  const int count = device_count();
+  gpu["count"] = count;
+  if (count > 0) {
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) gpu["name"] = std::string(prop.name);
+  }
+  int driver = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) {
+    gpu["driver"] = "CUDA " + cuda_version_string(driver);
+  }
+  int runtime = 0;
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) {
+    gpu["cuda_runtime"] = cuda_version_string(runtime);
+  }
+  const size_t cublaslt = cublasLtGetVersion();
+  gpu["cublas_version"] = std::to_string(cublaslt / 10000) + "." +
+                          std::to_string((cublaslt / 100) % 100) + "." +
+                          std::to_string(cublaslt % 100);
+#if defined(BIH_HAVE_NCCL)
+  int nccl = 0;
+  if (ncclGetVersion(&nccl) == ncclSuccess) {
+    gpu["nccl_version"] = std::to_string(nccl / 10000) + "." + std::to_string((nccl / 100) % 100) +
+                          "." + std::to_string(nccl % 100);
+  }
+#endif
+  // A failed query leaves a sticky error for the next CUDA call in this thread: clear it.
+  cudaGetLastError();
+  return gpu;
+}
+
+}  // namespace
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+void register_environment_provider() { set_gpu_environment_provider(gpu_environment); }
+
+}  // namespace bih::cuda
