@@ -1,6 +1,7 @@
 #include "harness/child_process.hpp"
 
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,8 +12,6 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
-
-#include <fmt/core.h>
 
 #include "harness/errors.hpp"
 

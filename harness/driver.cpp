@@ -1,13 +1,12 @@
 #include "harness/driver.hpp"
 
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
-
-#include <fmt/core.h>
 
 #include "harness/atomic_file.hpp"
 #include "harness/child_process.hpp"
@@ -32,9 +31,10 @@ std::string unsupported_reason(const Scenario& s) {
            "and backend=auto)";
   }
   if (s.ranks == RankKind::nccl) {
-    return fmt::format("ranks nccl at tp={}: real NCCL ranks need the CUDA backend and {} GPUs; "
-                       "they are never emulated silently (use parallel.ranks=emulated)",
-                       s.tp, s.tp);
+    return fmt::format(
+        "ranks nccl at tp={}: real NCCL ranks need the CUDA backend and {} GPUs; "
+        "they are never emulated silently (use parallel.ranks=emulated)",
+        s.tp, s.tp);
   }
   return "";
 }
@@ -76,8 +76,8 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     report.model["preset"] = scenario.model.preset;
   }
 
-  const fs::path work = fs::path(options.out_dir) / "work" /
-                        fs::path(report_file_name(outcome.id)).stem();
+  const fs::path work =
+      fs::path(options.out_dir) / "work" / fs::path(report_file_name(outcome.id)).stem();
   auto finish = [&](Verdict verdict, std::string reason) {
     outcome.verdict = verdict;
     outcome.reason = std::move(reason);
@@ -109,12 +109,15 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   const Plan plan = make_plan(scenario.plan);
   const std::string exe = self_executable();
   auto launch = [&](bool fresh) -> std::string {
-    std::vector<std::string> argv{exe, "worker", "--scenario", scenario_file, "--work", work.string()};
+    std::vector<std::string> argv{exe,           "worker", "--scenario",
+                                  scenario_file, "--work", work.string()};
     if (fresh) argv.push_back("--fresh");
     const std::string err_file = (work / (fresh ? "stderr-fresh.log" : "stderr.log")).string();
-    const ChildResult r = run_child(argv, err_file, scenario.timeout_s, [&](const std::string& line) {
-      if (line.rfind("@progress ", 0) == 0) progress((fresh ? "fresh process: " : "") + line.substr(10));
-    });
+    const ChildResult r =
+        run_child(argv, err_file, scenario.timeout_s, [&](const std::string& line) {
+          if (line.rfind("@progress ", 0) == 0)
+            progress((fresh ? "fresh process: " : "") + line.substr(10));
+        });
     if (r.ok()) return "";
     std::string tail = tail_of_file(err_file, 12);
     return fmt::format("{} worker {}{}{}", fresh ? "fresh-process" : "scenario", r.describe(),
@@ -139,8 +142,8 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     const nlohmann::json meta = read_json_file((work / "meta.json").string());
     for (const auto& [key, value] : meta.at("model").items()) report.model[key] = value;
     for (const ComparisonSpec& c : plan.comparisons) {
-      outcome.comparisons.push_back(
-          compare(gens.at(c.a), gens.at(c.b), c.kind, static_cast<size_t>(options.max_divergences)));
+      outcome.comparisons.push_back(compare(gens.at(c.a), gens.at(c.b), c.kind,
+                                            static_cast<size_t>(options.max_divergences)));
     }
   } catch (const std::exception& e) {
     return finish(Verdict::error, std::string("reading the worker's output failed: ") + e.what());
@@ -158,8 +161,9 @@ int run_command(const RunOptions& options) {
   for (const Scenario& s : scenarios) {
     if (make_plan(s.plan).comparisons.empty()) {
       throw InputError(s.source_file, "/plan",
-                       "scenario " + s.id() + " compares nothing; valid: at least two "
-                       "batch_sizes, repeats >= 2, or fresh_process true");
+                       "scenario " + s.id() +
+                           " compares nothing; valid: at least two "
+                           "batch_sizes, repeats >= 2, or fresh_process true");
     }
   }
   if (scenarios.empty()) {

@@ -2,9 +2,9 @@
 //
 // For each scenario: decide whether this machine can run it at all (`unsupported` otherwise, never
 // a silent downgrade), launch a worker process for its plan (and a second one for the fresh-process
-// run), diff the generation dumps bitwise, decide the verdict, write the report atomically. A worker
-// that crashes, aborts or overruns timeout_s gives an `error` verdict with the reason, and the run
-// goes on to the next scenario.
+// run), diff the generation dumps bitwise, decide the verdict, write the report atomically. A
+// worker that crashes, aborts or overruns timeout_s gives an `error` verdict with the reason, and
+// the run goes on to the next scenario.
 #pragma once
 
 #include <string>
@@ -20,7 +20,7 @@ struct RunOptions {
   std::vector<std::string> sets;   // --set key=value
   std::vector<std::string> only;   // --only FILTER
   std::string out_dir = "out";
-  bool keep_work = false;          // keep generation dumps under OUT/work/
+  bool keep_work = false;  // keep generation dumps under OUT/work/
   int max_divergences = 16;
 };
 

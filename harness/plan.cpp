@@ -34,8 +34,8 @@ Plan make_plan(const PlanSpec& spec) {
   Plan plan;
   const int last = spec.batch_sizes.back();
   for (size_t i = 0; i + 1 < spec.batch_sizes.size(); ++i) {
-    plan.in_process.push_back({label_for(spec.batch_sizes[i], 0, false), spec.batch_sizes[i], 0,
-                               false});
+    plan.in_process.push_back(
+        {label_for(spec.batch_sizes[i], 0, false), spec.batch_sizes[i], 0, false});
   }
   for (int r = 0; r < spec.repeats; ++r) {
     plan.in_process.push_back({label_for(last, r, false), last, r, false});
@@ -84,8 +84,7 @@ std::vector<std::vector<int32_t>> make_prompts(const PromptSpec& spec, int vocab
         const auto& v = j[i][t];
         if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size) {
           throw InputError(path.string(), ptr + "/" + std::to_string(t),
-                           "token ids must be integers in [0, " + std::to_string(vocab_size) +
-                               ")");
+                           "token ids must be integers in [0, " + std::to_string(vocab_size) + ")");
         }
         prompt.push_back(v.get<int32_t>());
       }

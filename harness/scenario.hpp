@@ -8,11 +8,10 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "harness/errors.hpp"
 #include "harness/verdict.hpp"
@@ -36,10 +35,10 @@ struct PromptSpec {
 
 struct PlanSpec {
   PromptSpec prompts;
-  int max_tokens = 24;                   // greedy tokens generated per prompt, EOS ignored
-  std::vector<int> batch_sizes{1, 64};   // the first is the reference; the last is repeated
-  int repeats = 2;                       // runs of the last batch size in one process
-  bool fresh_process = false;            // one more run of the last batch size in a new process
+  int max_tokens = 24;                  // greedy tokens generated per prompt, EOS ignored
+  std::vector<int> batch_sizes{1, 64};  // the first is the reference; the last is repeated
+  int repeats = 2;                      // runs of the last batch size in one process
+  bool fresh_process = false;           // one more run of the last batch size in a new process
   int max_model_len = 512;
   int max_num_seqs = 64;
 };

@@ -11,11 +11,16 @@ enum class Verdict { invariant, batch_variant, nondeterministic, error, unsuppor
 
 inline std::string to_string(Verdict v) {
   switch (v) {
-    case Verdict::invariant: return "invariant";
-    case Verdict::batch_variant: return "batch_variant";
-    case Verdict::nondeterministic: return "nondeterministic";
-    case Verdict::error: return "error";
-    case Verdict::unsupported: return "unsupported";
+    case Verdict::invariant:
+      return "invariant";
+    case Verdict::batch_variant:
+      return "batch_variant";
+    case Verdict::nondeterministic:
+      return "nondeterministic";
+    case Verdict::error:
+      return "error";
+    case Verdict::unsupported:
+      return "unsupported";
   }
   return "?";
 }

@@ -1,5 +1,7 @@
 #include "harness/worker.hpp"
 
+#include <fmt/core.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -7,8 +9,6 @@
 #include <fstream>
 #include <memory>
 #include <thread>
-
-#include <fmt/core.h>
 
 #include "harness/atomic_file.hpp"
 #include "harness/errors.hpp"
@@ -145,8 +145,9 @@ int run_worker(const WorkerArgs& args) {
     g.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     g.steps = stats.steps;
     g.tokens_processed = stats.rows;
-    write_file_atomically((std::filesystem::path(args.work_dir) / generation_file_name(g.label)).string(),
-                          to_json(g).dump());
+    write_file_atomically(
+        (std::filesystem::path(args.work_dir) / generation_file_name(g.label)).string(),
+        to_json(g).dump());
     meta["generations"].push_back({{"label", g.label},
                                    {"wall_s", g.wall_s},
                                    {"steps", stats.steps},

@@ -13,14 +13,14 @@ struct Engine::Step {
   int rows_real = 0;    // M: real tokens
   int rows_padded = 0;  // after graph padding, then SP padding to a multiple of tp
   bool sp = false;
-  std::vector<int32_t> tokens;     // [rows_padded]
-  std::vector<int32_t> positions;  // [rows_padded]
-  std::vector<int64_t> slots;      // [rows_padded], -1 for padding
+  std::vector<int32_t> tokens;               // [rows_padded]
+  std::vector<int32_t> positions;            // [rows_padded]
+  std::vector<int64_t> slots;                // [rows_padded], -1 for padding
   std::vector<cpu::AttentionQuery> queries;  // [rows_real]
   int num_decode = 0;
-  std::vector<int> logit_rows;        // rows whose logits are computed
-  std::vector<bf16> logits;           // [logit_rows, V], written by rank 0
-  std::vector<int32_t> sampled;       // [logit_rows]
+  std::vector<int> logit_rows;         // rows whose logits are computed
+  std::vector<bf16> logits;            // [logit_rows, V], written by rank 0
+  std::vector<int32_t> sampled;        // [logit_rows]
   std::vector<float> sampled_logprob;  // [logit_rows]
   bool sample = true;
 };
@@ -29,7 +29,7 @@ struct Engine::RankState {
   RankWeights weights;
   std::vector<std::vector<bf16>> k_cache;  // per layer [num_blocks, block_size, kv_local, hd]
   std::vector<std::vector<bf16>> v_cache;
-  std::vector<cpu::KvPool> pools;          // per layer
+  std::vector<cpu::KvPool> pools;  // per layer
 };
 
 namespace {
@@ -143,7 +143,8 @@ void Engine::forward_rank(int rank, Step& step) {
       const bf16* row = qkv.data() + static_cast<size_t>(m) * qkv_cols;
       std::copy(row, row + q_cols, q.data() + static_cast<size_t>(m) * q_cols);
       std::copy(row + q_cols, row + q_cols + kv_cols, k.data() + static_cast<size_t>(m) * kv_cols);
-      std::copy(row + q_cols + kv_cols, row + qkv_cols, v.data() + static_cast<size_t>(m) * kv_cols);
+      std::copy(row + q_cols + kv_cols, row + qkv_cols,
+                v.data() + static_cast<size_t>(m) * kv_cols);
     }
     cpu::head_norm_rope(q.data(), lw.q_norm, step.positions.data(), Mp, w.heads_local, hd, eps,
                         rope_);
@@ -194,8 +195,7 @@ void Engine::forward_rank(int rank, Step& step) {
   if (step.sample) {
     step.sampled.resize(Ms);
     step.sampled_logprob.resize(Ms);
-    cpu::greedy_sample(step.logits.data(), Ms, V, step.sampled.data(),
-                       step.sampled_logprob.data());
+    cpu::greedy_sample(step.logits.data(), Ms, V, step.sampled.data(), step.sampled_logprob.data());
   }
 }
 
@@ -248,9 +248,9 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
                                              const StepCallback& on_step) {
   const ModelConfig& c = weights_->config;
   if (static_cast<int>(prompts.size()) > options_.max_num_seqs) {
-    throw std::invalid_argument("generate: " + std::to_string(prompts.size()) +
-                                " prompts exceed max_num_seqs=" +
-                                std::to_string(options_.max_num_seqs));
+    throw std::invalid_argument(
+        "generate: " + std::to_string(prompts.size()) +
+        " prompts exceed max_num_seqs=" + std::to_string(options_.max_num_seqs));
   }
   struct Seq {
     std::vector<int32_t> tokens;  // prompt, then generated tokens
@@ -270,16 +270,16 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
     s.prompt_len = static_cast<int>(prompts[i].size());
     if (s.prompt_len == 0) throw std::invalid_argument("generate: empty prompt");
     if (s.prompt_len + max_tokens > options_.max_model_len) {
-      throw std::invalid_argument("generate: prompt of " + std::to_string(s.prompt_len) +
-                                  " tokens + " + std::to_string(max_tokens) +
-                                  " exceeds max_model_len=" +
-                                  std::to_string(options_.max_model_len));
+      throw std::invalid_argument(
+          "generate: prompt of " + std::to_string(s.prompt_len) + " tokens + " +
+          std::to_string(max_tokens) +
+          " exceeds max_model_len=" + std::to_string(options_.max_model_len));
     }
     for (int32_t t : s.tokens) {
       if (t < 0 || t >= c.vocab_size) {
         throw std::invalid_argument("generate: token id " + std::to_string(t) +
-                                    " outside the vocabulary [0, " +
-                                    std::to_string(c.vocab_size) + ")");
+                                    " outside the vocabulary [0, " + std::to_string(c.vocab_size) +
+                                    ")");
       }
     }
     s.num_computed = blocks_.acquire_prefix(s.tokens, s.table);
@@ -296,8 +296,8 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
       bool samples;
     };
     std::vector<RowSpan> spans;
-    int budget = options_.chunked_prefill_max_tokens > 0 ? options_.chunked_prefill_max_tokens
-                                                         : 1 << 30;
+    int budget =
+        options_.chunked_prefill_max_tokens > 0 ? options_.chunked_prefill_max_tokens : 1 << 30;
     auto add_rows = [&](int si, int count, bool decode) {
       Seq& s = seqs[si];
       blocks_.ensure_capacity(s.num_computed + count, s.table);

@@ -15,8 +15,8 @@
 
 #include "models/comm/communicator.hpp"
 #include "models/cpu/kernels.hpp"
-#include "models/kv_cache.hpp"
 #include "models/knobs.hpp"
+#include "models/kv_cache.hpp"
 #include "models/tp_shard.hpp"
 #include "models/weights.hpp"
 
@@ -43,10 +43,10 @@ struct SequenceResult {
 
 struct GenerateStats {
   int64_t steps = 0;
-  int64_t rows = 0;              // rows through the model, graph and SP padding included
-  int64_t real_rows = 0;         // rows of real tokens
+  int64_t rows = 0;               // rows through the model, graph and SP padding included
+  int64_t real_rows = 0;          // rows of real tokens
   int64_t prefix_hit_tokens = 0;  // prompt tokens whose KV came from the prefix cache
-  int64_t sp_steps = 0;          // steps that ran with sequence parallelism
+  int64_t sp_steps = 0;           // steps that ran with sequence parallelism
 };
 
 // Called between steps: (steps done, sequences finished, sequences total).

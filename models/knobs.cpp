@@ -9,20 +9,18 @@ namespace {
 template <class E, size_t N>
 using Table = std::array<std::pair<E, const char*>, N>;
 
-constexpr Table<Backend, 3> kBackends{{{Backend::cpu, "cpu"},
-                                       {Backend::cuda, "cuda"},
-                                       {Backend::automatic, "auto"}}};
-constexpr Table<RankKind, 2> kRankKinds{{{RankKind::emulated, "emulated"},
-                                         {RankKind::nccl, "nccl"}}};
+constexpr Table<Backend, 3> kBackends{
+    {{Backend::cpu, "cpu"}, {Backend::cuda, "cuda"}, {Backend::automatic, "auto"}}};
+constexpr Table<RankKind, 2> kRankKinds{
+    {{RankKind::emulated, "emulated"}, {RankKind::nccl, "nccl"}}};
 constexpr Table<ReduceOrder, 4> kOrders{{{ReduceOrder::ring, "ring"},
                                          {ReduceOrder::tree, "tree"},
                                          {ReduceOrder::fixed, "fixed"},
                                          {ReduceOrder::arrival, "arrival"}}};
-constexpr Table<KernelFamily, 2> kFamilies{{{KernelFamily::invariant, "invariant"},
-                                            {KernelFamily::vendor, "vendor"}}};
-constexpr Table<GraphMode, 3> kGraphModes{{{GraphMode::none, "none"},
-                                           {GraphMode::piecewise, "piecewise"},
-                                           {GraphMode::full, "full"}}};
+constexpr Table<KernelFamily, 2> kFamilies{
+    {{KernelFamily::invariant, "invariant"}, {KernelFamily::vendor, "vendor"}}};
+constexpr Table<GraphMode, 3> kGraphModes{
+    {{GraphMode::none, "none"}, {GraphMode::piecewise, "piecewise"}, {GraphMode::full, "full"}}};
 
 template <class E, size_t N>
 std::string name_of(const Table<E, N>& table, E v) {

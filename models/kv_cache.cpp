@@ -72,8 +72,7 @@ void BlockManager::ensure_capacity(int num_tokens, std::vector<int32_t>& block_t
 }
 
 void BlockManager::register_full_blocks(std::span<const int32_t> tokens, int num_computed,
-                                        const std::vector<int32_t>& block_table,
-                                        int& registered) {
+                                        const std::vector<int32_t>& block_table, int& registered) {
   if (!prefix_caching_) return;
   const int full = num_computed / block_size_;
   uint64_t parent = 0;

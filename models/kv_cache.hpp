@@ -2,8 +2,8 @@
 //
 // One BlockManager serves every TP rank: ranks hold different KV heads of the same blocks, so the
 // block tables are computed once per step and shared. A full block's identity is a chained hash of
-// its tokens and every token before it (vLLM's scheme); with prefix caching on, a new sequence whose
-// leading full blocks are already cached reuses them instead of recomputing their KV.
+// its tokens and every token before it (vLLM's scheme); with prefix caching on, a new sequence
+// whose leading full blocks are already cached reuses them instead of recomputing their KV.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +53,8 @@ class BlockManager {
   int block_size_;
   bool prefix_caching_;
   std::vector<Block> blocks_;
-  std::vector<int32_t> clean_;      // free, holding no cached content
-  std::list<int32_t> evictable_;    // free, cached content kept; front is least recently freed
+  std::vector<int32_t> clean_;    // free, holding no cached content
+  std::list<int32_t> evictable_;  // free, cached content kept; front is least recently freed
   std::unordered_map<uint64_t, int32_t> cached_;  // hash -> block
 };
 

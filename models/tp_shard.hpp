@@ -18,10 +18,10 @@ struct RankLayerWeights {
   const bf16* post_attention_layernorm = nullptr;  // [H]
   const bf16* q_norm = nullptr;                    // [hd]
   const bf16* k_norm = nullptr;                    // [hd]
-  std::vector<bf16> qkv;      // [q_local + 2*kv_local, H]
-  std::vector<bf16> o_proj;   // [H, q_local]
-  std::vector<bf16> gate_up;  // [2*I_local, H]
-  std::vector<bf16> down;     // [H, I_local]
+  std::vector<bf16> qkv;                           // [q_local + 2*kv_local, H]
+  std::vector<bf16> o_proj;                        // [H, q_local]
+  std::vector<bf16> gate_up;                       // [2*I_local, H]
+  std::vector<bf16> down;                          // [H, I_local]
 };
 
 struct RankWeights {

@@ -1,11 +1,10 @@
 // main.cpp: the `bih` command line. The only place that turns failures into exit codes:
 // 0 as expected, 1 a conformance failure, 2 a usage or input error, 3 an infrastructure failure.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "harness/diff.hpp"
 #include "harness/driver.hpp"
@@ -73,14 +72,18 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--out", run.out_dir, "Folder for the reports")->capture_default_str();
   run_cmd->add_flag("--keep-work", run.keep_work,
                     "Keep the generation dumps under OUT/work/ (for bih diff)");
-  run_cmd->add_option("--max-divergences", run.max_divergences,
-                      "First divergences kept per comparison")
+  run_cmd
+      ->add_option("--max-divergences", run.max_divergences,
+                   "First divergences kept per comparison")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
 
   std::vector<std::string> list_files, list_sets, list_only;
-  CLI::App* list_cmd = app.add_subcommand("list", "Print the scenario ids of files (validates them)");
-  list_cmd->add_option("files", list_files, "Scenario or matrix files")->required()->check(CLI::ExistingFile);
+  CLI::App* list_cmd =
+      app.add_subcommand("list", "Print the scenario ids of files (validates them)");
+  list_cmd->add_option("files", list_files, "Scenario or matrix files")
+      ->required()
+      ->check(CLI::ExistingFile);
   list_cmd->add_option("--set", list_sets, "As for run");
   list_cmd->add_option("--only", list_only, "As for run");
 
@@ -90,7 +93,8 @@ int main(int argc, char** argv) {
       "diff", "Diff two generation dumps bitwise (exit 0 when identical, 1 when not)");
   diff_cmd->add_option("a", diff_a, "First generation dump")->required()->check(CLI::ExistingFile);
   diff_cmd->add_option("b", diff_b, "Second generation dump")->required()->check(CLI::ExistingFile);
-  diff_cmd->add_option("--max-divergences", diff_max, "First divergences shown")->capture_default_str();
+  diff_cmd->add_option("--max-divergences", diff_max, "First divergences shown")
+      ->capture_default_str();
 
   bih::WorkerArgs worker;
   CLI::App* worker_cmd = app.add_subcommand("worker", "Internal: run one scenario's generations");

@@ -6,9 +6,8 @@
 #include <nccl.h>
 #endif
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "harness/environment.hpp"
 

@@ -33,7 +33,8 @@ TEST(Driver, CrashedWorkerIsAnErrorAndTheRunGoesOn) {
   write_text(dir / "m.json", std::string(R"({"base": )") + kSmallBase + R"(},
     "cases": [{"debug.fault": "crash", "name": "crash"}, {"debug.fault": "abort", "name": "abort"},
               {"debug.fault": "exit", "name": "exit"}, {"name": "healthy"}]})");
-  const auto r = testing::run_bih({"run", (dir / "m.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "m.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   const auto crash = report_by_fault(dir / "out", "crash");
   ASSERT_FALSE(crash.is_null()) << r.output;
@@ -54,9 +55,10 @@ TEST(Driver, CrashedWorkerIsAnErrorAndTheRunGoesOn) {
 
 TEST(Driver, HungWorkerTimesOutIntoAnError) {
   const auto dir = testing::fresh_dir("driver-hang");
-  write_text(dir / "s.json", std::string(kSmallBase) +
-                                 R"(, "timeout_s": 2, "debug": {"fault": "hang"}})");
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  write_text(dir / "s.json",
+             std::string(kSmallBase) + R"(, "timeout_s": 2, "debug": {"fault": "hang"}})");
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   const auto report = report_by_fault(dir / "out", "hang");
   ASSERT_FALSE(report.is_null()) << r.output;
@@ -83,7 +85,8 @@ TEST(Driver, UnsupportedIsNeverEmulatedSilently) {
   write_text(dir / "s.json", std::string(kSmallBase) +
                                  R"(, "backend": "cuda", "parallel": {"tp": 2, "ranks": "nccl"},
                                     "expect": "unsupported"})");
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const auto files = testing::report_files(dir / "out");
   ASSERT_EQ(files.size(), 1u);
@@ -93,7 +96,8 @@ TEST(Driver, UnsupportedIsNeverEmulatedSilently) {
 TEST(Driver, UnknownKeyExitsTwoNamingFilePointerAndSuggestion) {
   const auto dir = testing::fresh_dir("driver-badkey");
   write_text(dir / "bad.json", R"({"kernals": "invariant"})");
-  const auto r = testing::run_bih({"run", (dir / "bad.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "bad.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("bad.json"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("/kernals"), std::string::npos) << r.output;
@@ -104,16 +108,18 @@ TEST(Driver, UnknownKeyExitsTwoNamingFilePointerAndSuggestion) {
 TEST(Driver, ImpossibleTpExitsTwo) {
   const auto dir = testing::fresh_dir("driver-badtp");
   write_text(dir / "bad.json", R"({"parallel": {"tp": 3}})");
-  const auto r = testing::run_bih({"run", (dir / "bad.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "bad.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/parallel/tp"), std::string::npos) << r.output;
 }
 
 TEST(Driver, DiffOfTwoDumpsReportsCounts) {
   const auto dir = testing::fresh_dir("driver-diff");
-  write_text(dir / "s.json", std::string(kSmallBase) + R"(, "parallel": {"tp": 1}, "kernels": "vendor"})");
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--keep-work", "--out",
-                                   (dir / "out").string()});
+  write_text(dir / "s.json",
+             std::string(kSmallBase) + R"(, "parallel": {"tp": 1}, "kernels": "vendor"})");
+  const auto r = testing::run_bih(
+      {"run", (dir / "s.json").string(), "--keep-work", "--out", (dir / "out").string()});
   std::vector<std::filesystem::path> dumps;
   for (const auto& e : std::filesystem::recursive_directory_iterator(dir / "out" / "work")) {
     if (e.path().filename().string().rfind("gen-", 0) == 0) dumps.push_back(e.path());

@@ -14,8 +14,8 @@ namespace bih {
 namespace {
 
 std::shared_ptr<const ModelWeights> tiny_weights() {
-  static auto weights = std::make_shared<const ModelWeights>(
-      synthetic_weights(*preset_config("tiny"), /*seed=*/0));
+  static auto weights =
+      std::make_shared<const ModelWeights>(synthetic_weights(*preset_config("tiny"), /*seed=*/0));
   return weights;
 }
 
@@ -87,9 +87,7 @@ void expect_close_to_reference(int tp, CollectiveOrders orders, bool sp) {
               max_err, mean_err, max_ref);
 }
 
-TEST(EngineReference, Tp1LogitsMatchFp64Reference) {
-  expect_close_to_reference(1, {}, false);
-}
+TEST(EngineReference, Tp1LogitsMatchFp64Reference) { expect_close_to_reference(1, {}, false); }
 
 TEST(EngineReference, Tp4SpRingLogitsMatchFp64Reference) {
   expect_close_to_reference(4, {ReduceOrder::ring, ReduceOrder::ring, ReduceOrder::ring}, true);

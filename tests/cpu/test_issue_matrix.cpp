@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-
 #include <valijson/adapters/nlohmann_json_adapter.hpp>
 #include <valijson/schema.hpp>
 #include <valijson/schema_parser.hpp>
@@ -57,7 +56,8 @@ TEST_P(IssueMatrix, VerdictMeetsExpectation) {
   const nlohmann::json report = read_json_file(files[0].string());
   EXPECT_EQ(report.at("id"), s.id());
   EXPECT_EQ(report.at("verdict"), to_string(*s.expect))
-      << s.name << ": reason " << report.at("reason") << "\n" << r.output;
+      << s.name << ": reason " << report.at("reason") << "\n"
+      << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(schema_errors(report), std::vector<std::string>{});
 
