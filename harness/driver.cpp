@@ -15,6 +15,7 @@
 #include "harness/generation.hpp"
 #include "harness/plan.hpp"
 #include "harness/report.hpp"
+#include "harness/report_set.hpp"
 #include "harness/scenario_file.hpp"
 #include "harness/table.hpp"
 #include "harness/worker.hpp"
@@ -48,7 +49,53 @@ std::string first_line(const std::string& text) {
   return nl == std::string::npos ? text : text.substr(0, nl);
 }
 
+// The report already in `out_dir` for this scenario, if it was made from the same resolved
+// scenario in a comparable environment and did not end in `error` (errors are worth a retry).
+std::optional<ScenarioOutcome> finished_outcome(const Scenario& s, const std::string& out_dir,
+                                                const nlohmann::json& environment) {
+  const fs::path path = fs::path(out_dir) / report_file_name(s.id());
+  if (!fs::exists(path)) return std::nullopt;
+  nlohmann::json report;
+  try {
+    report = read_report(path.string());
+  } catch (const InputError&) {
+    return std::nullopt;  // unreadable: run it again and replace it
+  }
+  if (report.at("scenario") != s.to_json() ||
+      comparable_environment(report.at("environment")) != comparable_environment(environment) ||
+      report.at("verdict") == "error") {
+    return std::nullopt;
+  }
+  ScenarioOutcome o;
+  o.id = s.id();
+  o.expect = s.expect;
+  o.verdict = *parse_verdict(report.at("verdict").get<std::string>());
+  o.reason = report.value("reason", nlohmann::json()).is_string() ? report.at("reason") : "";
+  o.report_path = path.string();
+  o.wall_s = report.value("wall_s", 0.0);
+  o.resumed = true;
+  for (const auto& c : report.at("comparisons"))
+    o.resumed_summaries.emplace_back(c.at("kind"), c.at("summary"));
+  return o;
+}
+
 }  // namespace
+
+void parse_shard(const std::string& text, int& index, int& count) {
+  const auto slash = text.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument("no slash");
+    size_t used_i = 0, used_n = 0;
+    index = std::stoi(text.substr(0, slash), &used_i);
+    count = std::stoi(text.substr(slash + 1), &used_n);
+    if (used_i != slash || used_n != text.size() - slash - 1) throw std::invalid_argument("junk");
+  } catch (const std::exception&) {
+    throw InputError("--shard " + text + ": expected I/N with integers, e.g. --shard 2/4");
+  }
+  if (count < 1 || index < 1 || index > count) {
+    throw InputError("--shard " + text + ": valid: 1 <= I <= N, e.g. --shard 1/4 .. 4/4");
+  }
+}
 
 ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options,
                              const std::function<void(const std::string&)>& progress) {
@@ -169,7 +216,28 @@ int run_command(const RunOptions& options) {
   if (scenarios.empty()) {
     throw InputError("no scenario matches the --only filters; `bih list FILE` prints the ids");
   }
+  RunManifest manifest;
+  for (const Scenario& s : scenarios) manifest.all_ids.push_back(s.id());
+  manifest.shard_index = options.shard_index;
+  manifest.shard_count = options.shard_count;
+  if (options.shard_count > 1) {
+    std::vector<Scenario> mine;
+    for (size_t k = 0; k < scenarios.size(); ++k) {
+      if (static_cast<int>(k % options.shard_count) == options.shard_index - 1) {
+        mine.push_back(std::move(scenarios[k]));
+      }
+    }
+    scenarios = std::move(mine);
+  }
+  for (const Scenario& s : scenarios) manifest.shard_ids.push_back(s.id());
   fs::create_directories(options.out_dir);
+  write_manifest(options.out_dir, manifest);
+  if (scenarios.empty()) {
+    std::printf("shard %d/%d has no scenario (the selection has %zu)\n", options.shard_index,
+                options.shard_count, manifest.all_ids.size());
+    return 0;
+  }
+  const nlohmann::json environment = collect_environment();
 
   const bool tty = isatty(STDERR_FILENO);
   const auto run_start = std::chrono::steady_clock::now();
@@ -191,20 +259,27 @@ int run_command(const RunOptions& options) {
       }
       std::fflush(stderr);
     };
-    progress("starting");
-    const ScenarioOutcome o = run_scenario(s, options, progress);
-    std::fprintf(stderr, "%s%s -> %s (%.1f s)%s\n", tty ? "\r\033[K" : "", prefix.c_str(),
-                 to_string(o.verdict).c_str(), o.wall_s,
-                 o.reason.empty() ? "" : (": " + first_line(o.reason)).c_str());
+    std::optional<ScenarioOutcome> resumed;
+    if (options.resume) resumed = finished_outcome(s, options.out_dir, environment);
+    if (!resumed) progress("starting");
+    const ScenarioOutcome o = resumed ? *resumed : run_scenario(s, options, progress);
+    std::fprintf(
+        stderr, "%s%s -> %s (%s)%s\n", tty ? "\r\033[K" : "", prefix.c_str(),
+        to_string(o.verdict).c_str(),
+        o.resumed ? "resumed: report already there" : fmt::format("{:.1f} s", o.wall_s).c_str(),
+        o.reason.empty() ? "" : (": " + first_line(o.reason)).c_str());
     TableRow row;
     row.id = o.id;
     row.verdict = o.verdict;
     row.expect = o.expect;
     row.wall_s = o.wall_s;
-    for (const Comparison& c : o.comparisons) {
-      if (c.kind == "batch" && row.batch_summary.empty()) row.batch_summary = summarize(c);
-      if (c.kind != "batch" && (row.repeat_summary.empty() || !c.identical())) {
-        row.repeat_summary = summarize(c);
+    std::vector<std::pair<std::string, std::string>> summaries = o.resumed_summaries;
+    for (const Comparison& c : o.comparisons) summaries.emplace_back(c.kind, summarize(c));
+    for (const auto& [kind, summary] : summaries) {
+      if (kind == "batch" && row.batch_summary.empty()) row.batch_summary = summary;
+      // Show a differing repeat/fresh comparison in preference to an identical one.
+      if (kind != "batch" && (row.repeat_summary.empty() || summary.rfind("0/", 0) != 0)) {
+        row.repeat_summary = summary;
       }
     }
     rows.push_back(row);
@@ -213,6 +288,8 @@ int run_command(const RunOptions& options) {
       exit_code = std::max(exit_code, o.verdict == Verdict::error ? 3 : 1);
     }
   }
+  std::error_code ec;
+  fs::remove(fs::path(options.out_dir) / "work", ec);  // only when empty (no --keep-work dumps)
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   std::printf("%s", render_table(rows, should_use_color(STDOUT_FILENO)).c_str());

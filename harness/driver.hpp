@@ -22,7 +22,13 @@ struct RunOptions {
   std::string out_dir = "out";
   bool keep_work = false;  // keep generation dumps under OUT/work/
   int max_divergences = 16;
+  int shard_index = 1;  // --shard I/N: run every scenario k with k % N == I-1
+  int shard_count = 1;
+  bool resume = false;  // skip scenarios whose report matches scenario + environment
 };
+
+// Parses "I/N" (1 <= I <= N); throws InputError naming --shard otherwise.
+void parse_shard(const std::string& text, int& index, int& count);
 
 struct ScenarioOutcome {
   std::string id;
@@ -32,6 +38,8 @@ struct ScenarioOutcome {
   std::string reason;
   std::string report_path;
   double wall_s = 0;
+  bool resumed = false;  // taken from an existing report (--resume)
+  std::vector<std::pair<std::string, std::string>> resumed_summaries;  // (kind, summary)
   bool expectation_met() const { return !expect || *expect == verdict; }
 };
 
