@@ -46,11 +46,14 @@ inline std::filesystem::path fresh_dir(const std::string& name) {
   return dir;
 }
 
-// The report files (*.json) directly in `dir`.
+// The report files (*.json but the run manifest) directly in `dir`.
 inline std::vector<std::filesystem::path> report_files(const std::filesystem::path& dir) {
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+    const bool manifest = e.path().filename().string().rfind("manifest", 0) == 0;
+    if (e.is_regular_file() && e.path().extension() == ".json" && !manifest) {
+      files.push_back(e.path());
+    }
   }
   return files;
 }
