@@ -195,7 +195,21 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   } catch (const std::exception& e) {
     return finish(Verdict::error, std::string("reading the worker's output failed: ") + e.what());
   }
-  return finish(decide_verdict(outcome.comparisons), "");
+  ScenarioOutcome done = finish(decide_verdict(outcome.comparisons), "");
+  if (scenario.localize &&
+      (done.verdict == Verdict::batch_variant || done.verdict == Verdict::nondeterministic)) {
+    progress("localizing the first divergence");
+    fs::create_directories(work);
+    const std::string err_file = (work / "stderr-explain.log").string();
+    std::string text;
+    const ChildResult r =
+        run_child({exe, "explain", done.report_path}, err_file, scenario.timeout_s,
+                  [&](const std::string& line) { text += line + "\n"; });
+    done.localization =
+        r.ok() ? text : "bih explain " + r.describe() + ": " + tail_of_file(err_file, 5);
+    if (!options.keep_work) fs::remove_all(work, ec);
+  }
+  return done;
 }
 
 int run_command(const RunOptions& options) {
@@ -273,6 +287,7 @@ int run_command(const RunOptions& options) {
     row.verdict = o.verdict;
     row.expect = o.expect;
     row.wall_s = o.wall_s;
+    if (!o.localization.empty()) std::fprintf(stderr, "%s", o.localization.c_str());
     std::vector<std::pair<std::string, std::string>> summaries = o.resumed_summaries;
     for (const Comparison& c : o.comparisons) summaries.emplace_back(c.kind, summarize(c));
     for (const auto& [kind, summary] : summaries) {

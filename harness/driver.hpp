@@ -38,7 +38,8 @@ struct ScenarioOutcome {
   std::string reason;
   std::string report_path;
   double wall_s = 0;
-  bool resumed = false;  // taken from an existing report (--resume)
+  std::string localization;  // bih explain's output, with "localize": true
+  bool resumed = false;      // taken from an existing report (--resume)
   std::vector<std::pair<std::string, std::string>> resumed_summaries;  // (kind, summary)
   bool expectation_met() const { return !expect || *expect == verdict; }
 };

@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kTopKeys{
     "name",      "model",   "backend",   "parallel",       "sequence_parallel", "collectives",
     "nccl_env",  "kernels", "cudagraph", "prefix_caching", "chunked_prefill",   "plan",
-    "timeout_s", "expect",  "debug"};
+    "timeout_s", "expect",  "localize",  "debug"};
 const std::vector<std::string> kModelKeys{"preset", "path", "seed"};
 const std::vector<std::string> kParallelKeys{"tp", "ranks", "ring_order"};
 const std::vector<std::string> kSequenceParallelKeys{"enabled", "min_tokens"};
@@ -577,6 +577,7 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
       at.at("expect").fail(what, "one of " + quoted_list(verdicts) + ", or null");
     }
   }
+  read_bool(j, at, "localize", s.localize);
   if (const json* v = find(j, "debug")) {
     const Cursor d_at = at.at("debug");
     check_object(*v, d_at, kDebugKeys);
@@ -676,6 +677,7 @@ json Scenario::to_json() const {
                 {"max_num_seqs", plan.max_num_seqs}}},
               {"timeout_s", timeout_s},
               {"expect", expect ? json(to_string(*expect)) : json(nullptr)},
+              {"localize", localize},
               {"debug", {{"fault", fault.empty() ? "none" : fault}}}};
 }
 

@@ -66,7 +66,8 @@ struct Scenario {
   PlanSpec plan;
   double timeout_s = 600;
   std::optional<Verdict> expect;
-  std::string fault;  // test-only ("debug.fault"): "", "crash", "abort", "hang", "exit"
+  bool localize = false;  // run `bih explain` on the report when the verdict is not invariant
+  std::string fault;      // test-only ("debug.fault"): "", "crash", "abort", "hang", "exit"
 
   std::string id() const;
   nlohmann::json to_json() const;  // the resolved scenario, every key present

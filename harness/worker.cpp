@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "harness/atomic_file.hpp"
+#include "harness/engine_setup.hpp"
 #include "harness/errors.hpp"
 #include "harness/generation.hpp"
 #include "harness/plan.hpp"
@@ -40,29 +41,6 @@ void inject_fault(const std::string& fault) {
     std::fprintf(stderr, "bih worker: debug.fault=exit: exiting with status 7\n");
     std::exit(7);
   }
-}
-
-std::shared_ptr<const ModelWeights> build_model(const Scenario& s) {
-  if (!s.model.path.empty()) return std::make_shared<ModelWeights>(load_checkpoint(s.model.path));
-  auto config = preset_config(s.model.preset);
-  if (!config) throw InputError(s.source_file, "/model/preset", "unknown preset " + s.model.preset);
-  return std::make_shared<ModelWeights>(synthetic_weights(*config, s.model.seed));
-}
-
-EngineOptions engine_options(const Scenario& s) {
-  EngineOptions o;
-  o.kernels = s.kernels;
-  o.tp = s.tp;
-  o.sp_enabled = s.sp_enabled;
-  o.sp_min_tokens = s.sp_min_tokens;
-  o.graph_mode = s.graph_mode;
-  o.capture_sizes = s.capture_sizes;
-  o.prefix_caching = s.prefix_caching;
-  o.block_size = s.block_size;
-  o.chunked_prefill_max_tokens = s.chunked_prefill_max_tokens;
-  o.max_model_len = s.plan.max_model_len;
-  o.max_num_seqs = s.plan.max_num_seqs;
-  return o;
 }
 
 }  // namespace
@@ -96,16 +74,13 @@ int run_worker(const WorkerArgs& args) {
     }
   }
 
-  EmulatedGroup group(s.tp, CollectiveOrders{s.all_reduce, s.reduce_scatter, s.all_gather},
-                      s.ring_order);
-  std::vector<Communicator*> comms;
-  for (int r = 0; r < s.tp; ++r) comms.push_back(&group.rank(r));
-  Engine engine(weights, engine_options(s), comms);
+  EngineBundle bundle = make_engine(s, weights);
+  Engine& engine = *bundle.engine;
 
   nlohmann::json meta;
   meta["model"] = {{"weights_hash", weights_hash(*weights)}, {"load_s", load_s}};
   if (!s.model.path.empty()) meta["model"]["path"] = s.model.path;
-  meta["communicator"] = group.describe();
+  meta["communicator"] = bundle.group->describe();
   meta["generations"] = nlohmann::json::array();
 
   for (const GenerationSpec& spec : gens) {

@@ -1,7 +1,9 @@
 #include "models/engine.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <exception>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -23,6 +25,11 @@ struct Engine::Step {
   std::vector<int32_t> sampled;        // [logit_rows]
   std::vector<float> sampled_logprob;  // [logit_rows]
   bool sample = true;
+  // Rows whose activations are captured (every row of the traced sequence in this step) and
+  // their positions in the sequence.
+  std::vector<int> trace_rows;
+  std::vector<int> trace_positions;
+  TraceSink* trace = nullptr;
 };
 
 struct Engine::RankState {
@@ -35,6 +42,39 @@ struct Engine::RankState {
 namespace {
 
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+std::vector<uint32_t> widen_bits(const bf16* row, int n) {
+  std::vector<uint32_t> out(n);
+  for (int i = 0; i < n; ++i) out[i] = row[i].bits;
+  return out;
+}
+
+std::string gemm_detail(KernelFamily family, int M, int N, int K) {
+  std::string d =
+      "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  if (family == KernelFamily::invariant) return d + " (invariant: one K order for every M)";
+  if (M < cpu::kVendorSplitKMaxM) {
+    return d + " (vendor: split-K " + std::to_string(cpu::kVendorSplitK) + " because M < " +
+           std::to_string(cpu::kVendorSplitKMaxM) + ")";
+  }
+  return d + " (vendor: no split-K at this M)";
+}
+
+// FNV-1a over the K and V rows a query attends to on one rank: equal hashes, equal context.
+uint64_t context_hash(const cpu::KvPool& kv, const cpu::AttentionQuery& q) {
+  uint64_t h = 1469598103934665603ull;
+  const size_t row = static_cast<size_t>(kv.num_kv_heads) * kv.head_dim;
+  for (int pos = 0; pos < q.context_len; ++pos) {
+    const size_t slot = static_cast<size_t>(q.block_table[pos / kv.block_size]) * kv.block_size +
+                        pos % kv.block_size;
+    for (const bf16* base : {kv.k + slot * row, kv.v + slot * row}) {
+      for (size_t i = 0; i < row; ++i) {
+        h = (h ^ base[i].bits) * 1099511628211ull;
+      }
+    }
+  }
+  return h;
+}
 
 int pool_blocks(const EngineOptions& o) {
   const int per_seq = (o.max_model_len + o.block_size - 1) / o.block_size;
@@ -132,13 +172,46 @@ void Engine::forward_rank(int rank, Step& step) {
     }
   };
 
+  // Capture of the traced rows: sharded tensors [Mp, cols] are recorded by every rank, residual
+  // stream rows by the rank that holds them (the owner under SP, rank 0 otherwise).
+  const bool tracing = step.trace != nullptr;
+  auto reduce_detail = [&](int row) {
+    return step.sp ? "reduce_scatter(" + comm.describe() + "), row " + std::to_string(row) +
+                         " owned by rank " + std::to_string(row / S) + " of " + std::to_string(tp) +
+                         ", " + std::to_string(Mp) + " padded rows"
+                   : "all_reduce(" + comm.describe() + ") of " + std::to_string(Mp) + " rows";
+  };
+  auto record_sharded = [&](int layer, const char* op, const std::vector<bf16>& tensor, int cols,
+                            const std::string& detail) {
+    for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
+      const bf16* row = tensor.data() + static_cast<size_t>(step.trace_rows[i]) * cols;
+      step.trace->record(
+          TraceEntry{layer, op, rank, step.trace_positions[i], detail, widen_bits(row, cols)});
+    }
+  };
+  auto record_stream = [&](int layer, const char* op, const std::vector<bf16>& local_tensor,
+                           const std::function<std::string(int)>& detail) {
+    for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
+      const int row = step.trace_rows[i];
+      if (step.sp ? row / S != rank : rank != 0) continue;
+      const bf16* src = local_tensor.data() + static_cast<size_t>(row - row0) * H;
+      step.trace->record(
+          TraceEntry{layer, op, -1, step.trace_positions[i], detail(row), widen_bits(src, H)});
+    }
+  };
+  auto fixed = [](const char* text) { return [text](int) { return std::string(text); }; };
+
   cpu::embedding(w.embed_tokens, step.tokens.data() + row0, residual.data(), S, H);
+  record_stream(-1, "embedding", residual, fixed("embedding lookup"));
   cpu::rms_norm(residual.data(), w.layers[0].input_layernorm, h_local.data(), S, H, eps);
+  record_stream(0, "attn_norm", h_local, fixed("rms_norm"));
   gather();
 
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const RankLayerWeights& lw = w.layers[l];
+    const int L = static_cast<int>(l);
     cpu::gemm(family, h_full.data(), lw.qkv.data(), qkv.data(), Mp, qkv_cols, H);
+    if (tracing) record_sharded(L, "qkv", qkv, qkv_cols, gemm_detail(family, Mp, qkv_cols, H));
     for (int m = 0; m < Mp; ++m) {
       const bf16* row = qkv.data() + static_cast<size_t>(m) * qkv_cols;
       std::copy(row, row + q_cols, q.data() + static_cast<size_t>(m) * q_cols);
@@ -150,24 +223,55 @@ void Engine::forward_rank(int rank, Step& step) {
                         rope_);
     cpu::head_norm_rope(k.data(), lw.k_norm, step.positions.data(), Mp, w.kv_heads_local, hd, eps,
                         rope_);
+    if (tracing) {
+      record_sharded(L, "q_norm_rope", q, q_cols, "q rms_norm + rope");
+      record_sharded(L, "k_norm_rope", k, kv_cols, "k rms_norm + rope");
+    }
     const cpu::KvPool& pool = ranks_[rank]->pools[l];
     cpu::write_kv(pool, k.data(), v.data(), step.slots.data(), Mp);
     std::fill(attn.begin(), attn.end(), bf16{});
     cpu::attention(family, q.data(), pool, step.queries.data(), step.rows_real, w.heads_local,
                    step.num_decode, attn.data());
+    for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
+      const int row = step.trace_rows[i];
+      const cpu::AttentionQuery& query = step.queries[row];
+      std::string detail = "attention over " + std::to_string(query.context_len) + " keys";
+      if (family == KernelFamily::vendor && query.decode) {
+        detail += " (vendor decode: " + std::to_string(cpu::vendor_decode_splits(step.num_decode)) +
+                  " KV splits for " + std::to_string(step.num_decode) + " decode queries)";
+      } else {
+        detail += " (tiles of " + std::to_string(cpu::kAttentionTile) + " absolute positions)";
+      }
+      step.trace->record(
+          TraceEntry{L, "attention", rank, step.trace_positions[i], detail,
+                     widen_bits(attn.data() + static_cast<size_t>(row) * q_cols, q_cols), false,
+                     context_hash(pool, query)});
+    }
     cpu::gemm(family, attn.data(), lw.o_proj.data(), partial.data(), Mp, H, q_cols);
+    if (tracing) record_sharded(L, "o_proj", partial, H, gemm_detail(family, Mp, H, q_cols));
     reduce();
+    record_stream(L, "attn_reduce", reduced, reduce_detail);
     cpu::add_rms_norm(residual.data(), reduced.data(), lw.post_attention_layernorm, h_local.data(),
                       S, H, eps);
+    record_stream(L, "attn_residual", residual, fixed("residual add"));
+    record_stream(L, "mlp_norm", h_local, fixed("rms_norm"));
     gather();
 
     cpu::gemm(family, h_full.data(), lw.gate_up.data(), gate_up.data(), Mp, 2 * I, H);
     cpu::silu_mul(gate_up.data(), act.data(), Mp, I);
     cpu::gemm(family, act.data(), lw.down.data(), partial.data(), Mp, H, I);
+    if (tracing) {
+      record_sharded(L, "gate_up", gate_up, 2 * I, gemm_detail(family, Mp, 2 * I, H));
+      record_sharded(L, "act", act, I, "silu(gate) * up");
+      record_sharded(L, "down", partial, H, gemm_detail(family, Mp, H, I));
+    }
     reduce();
-    const bf16* next_norm =
-        l + 1 < w.layers.size() ? w.layers[l + 1].input_layernorm : w.final_norm;
+    record_stream(L, "mlp_reduce", reduced, reduce_detail);
+    const bool last = l + 1 == w.layers.size();
+    const bf16* next_norm = last ? w.final_norm : w.layers[l + 1].input_layernorm;
     cpu::add_rms_norm(residual.data(), reduced.data(), next_norm, h_local.data(), S, H, eps);
+    record_stream(L, "mlp_residual", residual, fixed("residual add"));
+    record_stream(last ? -1 : L + 1, last ? "final_norm" : "attn_norm", h_local, fixed("rms_norm"));
     gather();
   }
 
@@ -181,6 +285,16 @@ void Engine::forward_rank(int rank, Step& step) {
   }
   std::vector<bf16> logits_local(static_cast<size_t>(Ms) * Vl);  // [Ms, Vl]
   cpu::gemm(family, selected.data(), w.lm_head.data(), logits_local.data(), Ms, Vl, H);
+  // The traced sequence's sampled row is its last traced row, when it samples in this step.
+  const long traced_logit =
+      tracing ? std::find(step.logit_rows.begin(), step.logit_rows.end(), step.trace_rows.back()) -
+                    step.logit_rows.begin()
+              : Ms;
+  if (traced_logit < Ms) {
+    step.trace->record(
+        TraceEntry{-1, "lm_head", rank, step.trace_positions.back(), gemm_detail(family, Ms, Vl, H),
+                   widen_bits(logits_local.data() + static_cast<size_t>(traced_logit) * Vl, Vl)});
+  }
   std::vector<bf16> gathered(static_cast<size_t>(tp) * Ms * Vl);  // [tp, Ms, Vl]
   comm.all_gather(logits_local.data(), gathered.data(), logits_local.size());
   if (rank != 0) return;
@@ -196,6 +310,17 @@ void Engine::forward_rank(int rank, Step& step) {
     step.sampled.resize(Ms);
     step.sampled_logprob.resize(Ms);
     cpu::greedy_sample(step.logits.data(), Ms, V, step.sampled.data(), step.sampled_logprob.data());
+    if (traced_logit < Ms) {
+      step.trace->record(TraceEntry{-1,
+                                    "logprob",
+                                    -1,
+                                    step.trace_positions.back(),
+                                    "log-softmax over " + std::to_string(V) + " logits, token " +
+                                        std::to_string(step.sampled[traced_logit]),
+                                    {std::bit_cast<uint32_t>(step.sampled_logprob[traced_logit]),
+                                     static_cast<uint32_t>(step.sampled[traced_logit])},
+                                    true});
+    }
   }
 }
 
@@ -312,6 +437,15 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
       }
       const bool samples = s.num_computed + count == static_cast<int>(s.tokens.size());
       if (samples) step.logit_rows.push_back(static_cast<int>(step.tokens.size()) - 1);
+      // Trace every row of the traced sequence in the step that samples its traced token.
+      if (samples && trace_sink_ && si == trace_request_.sequence &&
+          static_cast<int>(s.out.tokens.size()) == trace_request_.step) {
+        for (int j = 0; j < count; ++j) {
+          step.trace_rows.push_back(static_cast<int>(step.tokens.size()) - count + j);
+          step.trace_positions.push_back(s.num_computed + j);
+        }
+        step.trace = trace_sink_;
+      }
       spans.push_back(RowSpan{si, count, samples});
       budget -= count;
     };

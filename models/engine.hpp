@@ -18,6 +18,7 @@
 #include "models/knobs.hpp"
 #include "models/kv_cache.hpp"
 #include "models/tp_shard.hpp"
+#include "models/trace.hpp"
 #include "models/weights.hpp"
 
 namespace bih {
@@ -70,6 +71,13 @@ class Engine {
                                        int max_tokens, GenerateStats* stats = nullptr,
                                        const StepCallback& on_step = {});
 
+  // Captures, during the next generate() calls, the row that produces token request.step of batch
+  // sequence request.sequence into `sink` (nullptr stops capturing).
+  void set_trace(TraceRequest request, TraceSink* sink) {
+    trace_request_ = request;
+    trace_sink_ = sink;
+  }
+
   // One prefill of `tokens` (no cache reuse), returning the logits of every position: [T, V].
   std::vector<bf16> prefill_logits(const std::vector<int32_t>& tokens);
 
@@ -86,6 +94,8 @@ class Engine {
   std::vector<std::unique_ptr<RankState>> ranks_;
   cpu::RopeTable rope_;
   BlockManager blocks_;
+  TraceRequest trace_request_;
+  TraceSink* trace_sink_ = nullptr;
 };
 
 // Pads a step of `rows` tokens to the next capture size (graphs on and rows <= the largest size).

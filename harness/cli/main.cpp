@@ -33,9 +33,8 @@ int main(int argc, char** argv) {
   CLI::App app{kDescription, "bih"};
   app.require_subcommand(1);
   const std::vector<bih::cli::Command> commands{
-      bih::cli::add_run_command(app),
-      bih::cli::add_list_command(app),
-      bih::cli::add_diff_command(app),
+      bih::cli::add_run_command(app),    bih::cli::add_list_command(app),
+      bih::cli::add_diff_command(app),   bih::cli::add_explain_command(app),
       bih::cli::add_worker_command(app),
   };
   try {

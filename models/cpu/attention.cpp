@@ -132,7 +132,7 @@ void attention(KernelFamily family, const bf16* q, const KvPool& kv, const Atten
   }
   const int group = n_heads / kv.num_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const int vendor_splits = std::max(1, std::min(16, 64 / std::max(1, num_decode_queries)));
+  const int vendor_splits = vendor_decode_splits(num_decode_queries);
   std::vector<float> q_row(head_dim);
   SoftmaxPartial total;  // all tiles or splits folded so far
   SoftmaxPartial part;   // the tile or split being reduced

@@ -21,6 +21,14 @@ inline constexpr int kVendorSplitKMaxM = 16;
 // Invariant attention reduces the KV sequence in tiles of this many absolute positions.
 inline constexpr int kAttentionTile = 16;
 
+// The vendor family's KV split count for decode rows: fewer decode queries, more splits (as
+// flash-decoding heuristics fill the machine), so a request alone reduces differently than in a batch.
+inline int vendor_decode_splits(int num_decode_queries) {
+  const int q = num_decode_queries > 1 ? num_decode_queries : 1;
+  const int splits = 64 / q;
+  return splits < 1 ? 1 : (splits > 16 ? 16 : splits);
+}
+
 // y[M,N] = x[M,K] . w[N,K]^T
 void gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, int M, int N, int K);
 

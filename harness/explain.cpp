@@ -1,0 +1,216 @@
+#include "harness/explain.hpp"
+
+#include <fmt/core.h>
+
+#include <bit>
+#include <map>
+#include <tuple>
+
+#include "harness/diff.hpp"
+#include "harness/engine_setup.hpp"
+#include "harness/errors.hpp"
+#include "harness/plan.hpp"
+
+namespace bih {
+namespace {
+
+struct Context {
+  int batch_size = 1;
+  bool fresh = false;
+};
+
+Context parse_label(const std::string& label) {
+  // "bs=64", "bs=64#2", "bs=64(fresh)"
+  if (label.rfind("bs=", 0) != 0) throw InputError("unknown generation label '" + label + "'");
+  Context c;
+  c.batch_size = std::stoi(label.substr(3));
+  c.fresh = label.find("(fresh)") != std::string::npos;
+  return c;
+}
+
+// Generates the group of prompts that holds `prompt` at `batch_size`, `runs` times in one engine,
+// tracing `prompt`'s token `step` in each run.
+std::vector<std::vector<TraceEntry>> trace_runs(const Scenario& s,
+                                                std::shared_ptr<const ModelWeights> weights,
+                                                int batch_size, int prompt, int step, int runs) {
+  const auto prompts = make_prompts(s.plan.prompts, weights->config.vocab_size, s.source_file);
+  if (prompt < 0 || prompt >= static_cast<int>(prompts.size())) {
+    throw InputError("prompt " + std::to_string(prompt) + " is not in the scenario's " +
+                     std::to_string(prompts.size()) + " prompts");
+  }
+  const int first = prompt / batch_size * batch_size;
+  const int last = std::min<int>(static_cast<int>(prompts.size()), first + batch_size);
+  const std::vector<std::vector<int32_t>> group(prompts.begin() + first, prompts.begin() + last);
+  EngineBundle bundle = make_engine(s, weights);
+  std::vector<std::vector<TraceEntry>> traces;
+  for (int r = 0; r < runs; ++r) {
+    TraceSink sink;
+    bundle.engine->set_trace(TraceRequest{prompt - first, step}, &sink);
+    bundle.engine->generate(group, step + 1);
+    bundle.engine->set_trace({}, nullptr);
+    traces.push_back(sink.sorted());
+  }
+  return traces;
+}
+
+uint64_t bf16_ulp(uint16_t a, uint16_t b) {
+  return ulp_distance(std::bit_cast<float>(static_cast<uint32_t>(a) << 16),
+                      std::bit_cast<float>(static_cast<uint32_t>(b) << 16)) >>
+         16;
+}
+
+std::string where(const Localization& l) {
+  std::string s = l.layer >= 0 ? fmt::format("layer {} {}", l.layer, l.op) : l.op;
+  s += l.rank >= 0 ? fmt::format(" on rank {}", l.rank) : " (residual stream)";
+  return s + fmt::format(", position {} of prompt {}", l.position, l.prompt);
+}
+
+void compare_traces(const std::vector<TraceEntry>& a, const std::vector<TraceEntry>& b,
+                    Localization& l) {
+  using Key = std::tuple<int, std::string, int, int>;
+  std::map<Key, const TraceEntry*> in_b;
+  for (const TraceEntry& e : b) in_b[{e.layer, e.op, e.rank, e.position}] = &e;
+  for (const TraceEntry& ea : a) {
+    auto it = in_b.find({ea.layer, ea.op, ea.rank, ea.position});
+    if (it == in_b.end()) continue;  // e.g. a padding-only difference in which rank holds a row
+    const TraceEntry& eb = *it->second;
+    ++l.entries_compared;
+    size_t i = 0;
+    while (i < ea.bits.size() && i < eb.bits.size() && ea.bits[i] == eb.bits[i]) ++i;
+    const bool attention_context_differs =
+        ea.op == "attention" && ea.context_hash != eb.context_hash;
+    if (i == ea.bits.size() && i == eb.bits.size() && !attention_context_differs) continue;
+    l.diverged = true;
+    l.layer = ea.layer;
+    l.op = ea.op;
+    l.rank = ea.rank;
+    l.position = ea.position;
+    l.element = static_cast<int>(i);
+    l.float32 = ea.float32;
+    l.detail_a = ea.detail;
+    l.detail_b = eb.detail;
+    l.inputs_equal = !attention_context_differs;
+    if (i < ea.bits.size() && i < eb.bits.size()) {
+      l.bits_a = ea.bits[i];
+      l.bits_b = eb.bits[i];
+      l.ulp = ea.float32
+                  ? ulp_distance(std::bit_cast<float>(ea.bits[i]), std::bit_cast<float>(eb.bits[i]))
+                  : bf16_ulp(static_cast<uint16_t>(ea.bits[i]), static_cast<uint16_t>(eb.bits[i]));
+    }
+    return;
+  }
+}
+
+std::string summarize_localization(const Localization& l) {
+  if (!l.diverged) {
+    return fmt::format(
+        "no divergence: prompt {} token {} went through {} traced op outputs bitwise equal in "
+        "{} and {}",
+        l.prompt, l.step, l.entries_compared, l.a_label, l.b_label);
+  }
+  const std::string a = fmt::format("0x{:0{}x}", l.bits_a, l.float32 ? 8 : 4);
+  const std::string b = fmt::format("0x{:0{}x}", l.bits_b, l.float32 ? 8 : 4);
+  std::string s = fmt::format(
+      "first divergence of prompt {} token {} ({} vs {}): {}, element {}: {} {} vs {} {} ({} {} "
+      "ulp).\n  {}: {}\n  {}: {}\n  ",
+      l.prompt, l.step, l.a_label, l.b_label, where(l), l.element, l.a_label, a, l.b_label, b,
+      l.ulp, l.float32 ? "fp32" : "bf16", l.a_label, l.detail_a, l.b_label, l.detail_b);
+  if (l.inputs_equal) {
+    s += "Its inputs were bitwise equal in both contexts: this op broke it.";
+  } else {
+    s += "Its inputs were already different: the K/V cache it attends to was written "
+         "differently by an earlier step; explain that step.";
+  }
+  return s;
+}
+
+}  // namespace
+
+Localization localize(const Scenario& s, const std::string& kind, const std::string& a_label,
+                      const std::string& b_label, int prompt, int step) {
+  Localization l;
+  l.kind = kind;
+  l.a_label = a_label;
+  l.b_label = b_label;
+  l.prompt = prompt;
+  l.step = step;
+  const Context ca = parse_label(a_label), cb = parse_label(b_label);
+  auto weights = build_model(s);
+  std::vector<TraceEntry> ta, tb;
+  if (ca.batch_size == cb.batch_size && !ca.fresh && !cb.fresh) {
+    // Same context twice in one engine: run to run, as the repeat comparison ran it.
+    auto runs = trace_runs(s, weights, ca.batch_size, prompt, step, 2);
+    ta = std::move(runs[0]);
+    tb = std::move(runs[1]);
+  } else {
+    ta = std::move(trace_runs(s, weights, ca.batch_size, prompt, step, 1)[0]);
+    tb = std::move(trace_runs(s, weights, cb.batch_size, prompt, step, 1)[0]);
+  }
+  if (ta.empty() || tb.empty()) {
+    throw InputError(fmt::format("prompt {} never produced token {} in the re-run", prompt, step));
+  }
+  compare_traces(ta, tb, l);
+  l.summary = summarize_localization(l);
+  return l;
+}
+
+Localization explain_report(const nlohmann::json& report, const std::optional<std::string>& kind) {
+  const Scenario s = scenario_from_json(report.at("scenario"), "report " + report.value("id", ""));
+  const auto& comparisons = report.at("comparisons");
+  if (comparisons.empty()) throw InputError("the report has no comparisons to explain");
+  const nlohmann::json* chosen = nullptr;
+  const std::string verdict = report.value("verdict", "");
+  for (const auto& c : comparisons) {
+    const std::string k = c.at("kind");
+    const bool differs = !c.at("first_divergences").empty();
+    if (kind) {
+      if (k == *kind) {
+        chosen = &c;
+        break;
+      }
+      continue;
+    }
+    const bool wanted = verdict == "nondeterministic" ? k != "batch" : k == "batch";
+    if (wanted && differs) {
+      chosen = &c;
+      break;
+    }
+  }
+  if (!chosen && kind) throw InputError("the report has no '" + *kind + "' comparison");
+  if (!chosen) chosen = &comparisons.at(0);
+  int prompt = 0, step = 0;
+  if (!chosen->at("first_divergences").empty()) {
+    prompt = chosen->at("first_divergences")[0].at("prompt");
+    step = chosen->at("first_divergences")[0].at("step");
+  }
+  return localize(s, chosen->at("kind"), chosen->at("a"), chosen->at("b"), prompt, step);
+}
+
+nlohmann::json to_json(const Localization& l) {
+  nlohmann::json j = {{"comparison", l.kind},
+                      {"a", l.a_label},
+                      {"b", l.b_label},
+                      {"prompt", l.prompt},
+                      {"step", l.step},
+                      {"diverged", l.diverged},
+                      {"entries_compared", l.entries_compared},
+                      {"summary", l.summary}};
+  if (l.diverged) {
+    const int digits = l.float32 ? 8 : 4;
+    j["first"] = {{"layer", l.layer},
+                  {"op", l.op},
+                  {"rank", l.rank < 0 ? nlohmann::json() : nlohmann::json(l.rank)},
+                  {"position", l.position},
+                  {"element", l.element},
+                  {"dtype", l.float32 ? "fp32" : "bf16"},
+                  {"bits_a", fmt::format("0x{:0{}x}", l.bits_a, digits)},
+                  {"bits_b", fmt::format("0x{:0{}x}", l.bits_b, digits)},
+                  {"ulp", l.ulp},
+                  {"detail_a", l.detail_a},
+                  {"detail_b", l.detail_b},
+                  {"inputs_equal", l.inputs_equal}};
+  }
+  return j;
+}
+
+}  // namespace bih
