@@ -20,5 +20,6 @@ Command add_list_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
 Command add_worker_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
+Command add_bisect_command(CLI::App& app);
 
 }  // namespace bih::cli

@@ -23,6 +23,8 @@ Start with:
   bih list scenarios/issue-56370.json           the scenario ids (usable with --only)
   bih run FILE --only 'tp=4,sp=on*' --set plan.prompts.count=8   a quick subset
   bih run FILE --keep-work, then bih diff A.json B.json          two generation dumps
+  bih explain out/REPORT.json                   which layer/op/rank first moved the bits
+  bih bisect GOOD.json BAD.json                 the smallest knob change that flips the verdict
 
 Exit codes: 0 as expected, 1 a conformance failure, 2 a usage or input error, 3 an infrastructure
 failure (a worker crashed or timed out).)";
@@ -35,7 +37,7 @@ int main(int argc, char** argv) {
   const std::vector<bih::cli::Command> commands{
       bih::cli::add_run_command(app),    bih::cli::add_list_command(app),
       bih::cli::add_diff_command(app),   bih::cli::add_explain_command(app),
-      bih::cli::add_worker_command(app),
+      bih::cli::add_worker_command(app), bih::cli::add_bisect_command(app),
   };
   try {
     app.parse(argc, argv);
