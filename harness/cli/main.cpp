@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
       bih::cli::add_list_command(app),
       bih::cli::add_diff_command(app),
       bih::cli::add_worker_command(app),
+      bih::cli::add_probe_command(app),
   };
   try {
     app.parse(argc, argv);
