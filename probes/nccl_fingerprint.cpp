@@ -104,12 +104,11 @@ bool Fingerprint::claim_met() const {
 std::vector<std::string> claimed_all_reduce_models(const std::string& nccl_algo) {
   std::string a = nccl_algo;
   std::transform(a.begin(), a.end(), a.begin(), [](unsigned char c) { return std::tolower(c); });
-  const bool excludes = a.find('^') != std::string::npos;
+  const bool excludes = a.find('^') != std::string::npos;  // "^ring": anything but ring
   const bool tree = a.find("tree") != std::string::npos;
   const bool ring = a.find("ring") != std::string::npos;
-  if (!excludes && tree && !ring) return {"tree"};
-  if (!excludes && ring && !tree) return {"ring"};
-  return {"ring", "tree"};
+  if (tree != ring) return {(tree != excludes) ? "tree" : "ring"};
+  return {"ring", "tree"};  // unset, both named, or neither: NCCL picks per size
 }
 
 Fingerprint run_fingerprint(const FingerprintOptions& options) {

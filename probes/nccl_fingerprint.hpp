@@ -59,7 +59,7 @@ struct FingerprintOptions {
 Fingerprint run_fingerprint(const FingerprintOptions& options = {});
 
 // The models the emulation claims for NCCL's all_reduce given NCCL_ALGO: {"tree"} when it pins
-// tree, {"ring"} when it pins ring, both when it is unset or names neither alone.
+// tree (or excludes ring with "^ring"), {"ring"} likewise, both when it is unset or names both.
 std::vector<std::string> claimed_all_reduce_models(const std::string& nccl_algo);
 
 nlohmann::json to_json(const Fingerprint& f);
