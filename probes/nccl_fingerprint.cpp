@@ -188,19 +188,27 @@ Fingerprint run_fingerprint(const FingerprintOptions& options) {
     for (const char* collective : {"all_reduce", "reduce_scatter"}) {
       const bool all_reduce = std::strcmp(collective, "all_reduce") == 0;
       const size_t out_count = all_reduce ? count : multiplier;
-      check_nccl(ncclGroupStart(), "ncclGroupStart");
-      for (int r = 0; r < n; ++r) {
-        if (all_reduce) {
-          check_nccl(ncclAllReduce(ranks.send[r], ranks.recv[r], count, ncclBfloat16, ncclSum,
-                                   ranks.comms[r], ranks.streams[r]),
-                     "ncclAllReduce");
-        } else {
-          check_nccl(ncclReduceScatter(ranks.send[r], ranks.recv[r], multiplier, ncclBfloat16,
-                                       ncclSum, ranks.comms[r], ranks.streams[r]),
-                     "ncclReduceScatter");
-        }
+      // A collective NCCL refuses under the user's NCCL_* env (NCCL_ALGO=Tree has no
+      // reduce_scatter) is recorded as that entry's error; the other entries still run.
+      ncclResult_t status = ncclGroupStart();
+      for (int r = 0; r < n && status == ncclSuccess; ++r) {
+        status = all_reduce
+                     ? ncclAllReduce(ranks.send[r], ranks.recv[r], count, ncclBfloat16, ncclSum,
+                                     ranks.comms[r], ranks.streams[r])
+                     : ncclReduceScatter(ranks.send[r], ranks.recv[r], multiplier, ncclBfloat16,
+                                         ncclSum, ranks.comms[r], ranks.streams[r]);
       }
-      check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+      const ncclResult_t end_status = ncclGroupEnd();
+      if (status == ncclSuccess) status = end_status;
+      if (status != ncclSuccess) {
+        FingerprintEntry failed;
+        failed.collective = collective;
+        failed.count_per_rank = count;
+        failed.claimed = all_reduce ? all_reduce_claim : std::vector<std::string>{"ring"};
+        failed.error = std::string("NCCL refused it: ") + ncclGetErrorString(status);
+        f.entries.push_back(std::move(failed));
+        continue;
+      }
       std::vector<std::vector<bf16>> outputs(n, std::vector<bf16>(out_count));
       for (int r = 0; r < n; ++r) {
         check_cuda(cudaSetDevice(r), "cudaSetDevice");
@@ -268,7 +276,8 @@ nlohmann::json to_json(const Fingerprint& f) {
                             {"models", models},
                             {"claimed", e.claimed},
                             {"claim_met", e.claim_met},
-                            {"matched_model", e.matched_model}});
+                            {"matched_model", e.matched_model},
+                            {"error", e.error}});
   }
   return j;
 }
@@ -285,6 +294,10 @@ std::string render(const Fingerprint& f) {
     std::snprintf(head, sizeof head, "  %-14s count=%-9zu ", e.collective.c_str(),
                   e.count_per_rank);
     out += head;
+    if (!e.error.empty()) {
+      out += "error: " + e.error + "\n";
+      continue;
+    }
     for (const auto& m : e.models) {
       char cell[96];
       std::snprintf(cell, sizeof cell, "%s %.4f  ", m.model.c_str(),

@@ -31,6 +31,8 @@ struct FingerprintEntry {
   std::vector<std::string> claimed;  // the models the emulation claims here
   bool claim_met = false;            // some claimed model reproduces every position
   std::string matched_model;         // that model, or "" when none
+  std::string error;                 // NCCL refused the collective (e.g. NCCL_ALGO=Tree for
+                                     // reduce_scatter); no positions were compared
 };
 
 struct Fingerprint {
