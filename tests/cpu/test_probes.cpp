@@ -106,7 +106,7 @@ TEST(ProbeKernels, EveryInvariantFamilyKernelIsInvariant) {
     EXPECT_GT(r.rows_compared, 64) << id;
     ++checked;
   }
-  EXPECT_EQ(checked, 14);  // 5 gemms, 2 norms, rope, silu, embedding, 4 attention modes, sample
+  EXPECT_EQ(checked, 15);  // 5 gemms, 2 norms, rope, silu, embedding, 4 attention modes, sample
 }
 
 TEST(ProbeKernels, VendorGemmAndDecodeAttentionAreCaughtWithTheirFirstDifference) {
@@ -173,7 +173,7 @@ TEST(ProbeCuda, CudaCasesAreListedAsUnsupported) {
     if (r.op == "nccl") continue;  // needs >= 2 GPUs and an NCCL build
     EXPECT_NE(r.detail.find("no CUDA backend in this build yet"), std::string::npos) << r.detail;
   }
-  EXPECT_EQ(cuda, 28 + 48 + 1);  // kernels, emulated collectives, the NCCL fingerprint
+  EXPECT_EQ(cuda, 2 * 15 + 48 + 1);  // kernels of 2 families, emulated collectives, NCCL
 }
 
 TEST(ProbeEngine, SweepReportsTheFirstDifferenceAndRunToRunVariance) {
@@ -230,11 +230,22 @@ TEST(ProbeCli, ExitCodesTableAndJson) {
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
   EXPECT_EQ(j["schema"], "bih.probe/1");
-  ASSERT_EQ(j["results"].size(), 3u);  // vendor gemm, invariant decode attention on cpu and cuda
-  EXPECT_EQ(j["results"][0]["status"], "variant");
-  EXPECT_EQ(j["results"][0]["first_difference"]["batch_size"], 16);
-  EXPECT_EQ(j["results"][1]["status"], "invariant");
+  // Registry order: the cpu invariant-family attention, the cpu vendor gemm, then the cuda case.
+  ASSERT_EQ(j["results"].size(), 3u);
+  EXPECT_EQ(j["results"][0]["op"], "attention");
+  EXPECT_EQ(j["results"][0]["status"], "invariant");
+  EXPECT_EQ(j["results"][1]["op"], "gemm");
+  EXPECT_EQ(j["results"][1]["status"], "variant");
+  EXPECT_EQ(j["results"][1]["first_difference"]["batch_size"], 16);
   EXPECT_EQ(j["results"][2]["status"], "unsupported");
+  EXPECT_EQ(j["results"][2]["detail"], "no CUDA backend in this build yet");
+
+  // A claim that fails is a conformance failure: exit 1 (vendor gemm is claimed variant, and a
+  // sweep that never leaves split-K cannot show it).
+  r = testing::run_bih(
+      {"probe", "gemm(family=vendor,*n=256,k=768*backend=cpu)", "--batch-sizes", "1..8"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("1 not as claimed"), std::string::npos) << r.output;
 
   r = testing::run_bih({"probe", "no_such_op"});
   EXPECT_EQ(r.exit_code, 2) << r.output;
