@@ -25,6 +25,7 @@ Start with:
   bih run FILE --keep-work, then bih diff A.json B.json          two generation dumps
   bih explain out/REPORT.json                   which layer/op/rank first moved the bits
   bih bisect GOOD.json BAD.json                 the smallest knob change that flips the verdict
+  bih probe all                                 op-level invariance probes (kernels, collectives)
 
 Exit codes: 0 as expected, 1 a conformance failure, 2 a usage or input error, 3 an infrastructure
 failure (a worker crashed or timed out).)";
@@ -34,11 +35,17 @@ failure (a worker crashed or timed out).)";
 int main(int argc, char** argv) {
   CLI::App app{kDescription, "bih"};
   app.require_subcommand(1);
+  // clang-format off
   const std::vector<bih::cli::Command> commands{
-      bih::cli::add_run_command(app),    bih::cli::add_list_command(app),
-      bih::cli::add_diff_command(app),   bih::cli::add_explain_command(app),
-      bih::cli::add_worker_command(app), bih::cli::add_bisect_command(app),
+      bih::cli::add_run_command(app),
+      bih::cli::add_list_command(app),
+      bih::cli::add_diff_command(app),
+      bih::cli::add_explain_command(app),
+      bih::cli::add_bisect_command(app),
+      bih::cli::add_probe_command(app),
+      bih::cli::add_worker_command(app),
   };
+  // clang-format on
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

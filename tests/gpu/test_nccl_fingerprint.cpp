@@ -1,0 +1,61 @@
+// test_nccl_fingerprint.cpp: real NCCL's bf16 sums against the emulated order models.
+//
+// At n=2 every order model gives the same bits (one commutative add), so real NCCL must equal
+// ring, tree and fixed at every position of every size; at n>=3 the claimed model must match.
+// Skips unless this build has NCCL and the machine has at least 2 GPUs.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "models/cuda/device_info.hpp"
+#if defined(BIH_HAVE_NCCL)
+#include "probes/nccl_fingerprint.hpp"
+#endif
+
+namespace {
+
+TEST(NcclFingerprint, RealNcclMatchesTheEmulatedModelsBitwise) {
+#if !defined(BIH_HAVE_NCCL)
+  GTEST_SKIP() << "this build has no NCCL";
+#else
+  const int gpus = bih::cuda::device_count();
+  if (gpus < 2) GTEST_SKIP() << "needs at least 2 GPUs; found " << gpus;
+  bih::nccl::FingerprintOptions options;
+  options.count_multipliers = {1, 64, 4096, size_t{1} << 20};
+  const bih::nccl::Fingerprint f = bih::nccl::run_fingerprint(options);
+  std::cout << bih::nccl::render(f);
+  ASSERT_TRUE(f.supported) << f.reason;
+  EXPECT_EQ(f.gpus, gpus);
+  EXPECT_EQ(f.nccl_env.at("NCCL_NVLS_ENABLE"), "0");
+  ASSERT_EQ(f.entries.size(), 2 * options.count_multipliers.size());
+  for (const auto& e : f.entries) {
+    EXPECT_EQ(e.positions, static_cast<size_t>(gpus) * (e.count_per_rank / gpus));
+    EXPECT_TRUE(e.claim_met) << e.collective << " count " << e.count_per_rank;
+    if (gpus == 2) {
+      EXPECT_TRUE(f.orders_coincide);
+      for (const auto& m : e.models) {
+        EXPECT_EQ(m.positions_matched, e.positions)
+            << e.collective << " count " << e.count_per_rank << " model " << m.model;
+      }
+    }
+  }
+  EXPECT_TRUE(f.claim_met());
+#endif
+}
+
+TEST(NcclFingerprint, ClaimFollowsNcclAlgo) {
+#if !defined(BIH_HAVE_NCCL)
+  GTEST_SKIP() << "this build has no NCCL";
+#else
+  using V = std::vector<std::string>;
+  EXPECT_EQ(bih::nccl::claimed_all_reduce_models(""), (V{"ring", "tree"}));
+  EXPECT_EQ(bih::nccl::claimed_all_reduce_models("Tree"), (V{"tree"}));
+  EXPECT_EQ(bih::nccl::claimed_all_reduce_models("allreduce:ring"), (V{"ring"}));
+  EXPECT_EQ(bih::nccl::claimed_all_reduce_models("^ring"), (V{"tree"}));
+  EXPECT_EQ(bih::nccl::claimed_all_reduce_models("ring,tree"), (V{"ring", "tree"}));
+#endif
+}
+
+}  // namespace
