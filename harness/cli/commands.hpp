@@ -19,5 +19,6 @@ Command add_run_command(CLI::App& app);
 Command add_list_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
 Command add_worker_command(CLI::App& app);
+Command add_gate_command(CLI::App& app);
 
 }  // namespace bih::cli
