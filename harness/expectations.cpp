@@ -54,7 +54,8 @@ std::vector<std::pair<std::string, int>> id_members(const std::string& text) {
       while (i < text.size() && text[i] != '\n') ++i;
     } else if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
       i += 2;
-      while (i + 1 < text.size() && !(text[i] == '*' && text[i + 1] == '/')) line += text[i++] == '\n';
+      while (i + 1 < text.size() && !(text[i] == '*' && text[i + 1] == '/'))
+        line += text[i++] == '\n';
       i += 2;
     } else if (c == '"') {
       const size_t start = i++;
@@ -104,11 +105,11 @@ ExpectationsFile parse_expectations(const std::string& text, const std::string& 
   }
   reject_unknown_keys(doc, kTopKeys, path, "");
   if (!doc.contains("schema") || doc["schema"] != kExpectationsSchema) {
-    throw InputError(path, "/schema",
-                     std::string(doc.contains("schema") ? "unsupported schema " +
-                                                              doc["schema"].dump()
-                                                        : "missing \"schema\"") +
-                         "; valid: \"" + kExpectationsSchema + "\"");
+    throw InputError(
+        path, "/schema",
+        std::string(doc.contains("schema") ? "unsupported schema " + doc["schema"].dump()
+                                           : "missing \"schema\"") +
+            "; valid: \"" + kExpectationsSchema + "\"");
   }
   if (!doc.contains("expectations") || !doc["expectations"].is_array()) {
     throw InputError(path, "/expectations",
@@ -131,7 +132,8 @@ ExpectationsFile parse_expectations(const std::string& text, const std::string& 
     reject_unknown_keys(entry, kEntryKeys, path, pointer);
     Expectation e;
     e.index = k;
-    if (!entry.contains("id") || !entry["id"].is_string() || entry["id"].get<std::string>().empty()) {
+    if (!entry.contains("id") || !entry["id"].is_string() ||
+        entry["id"].get<std::string>().empty()) {
       throw InputError(path, pointer + "/id",
                        "expected a non-empty string: an exact scenario id (`bih list FILE` "
                        "prints them) or a glob with * and ?");

@@ -26,7 +26,7 @@ inline constexpr Verdict kDefaultExpectation = Verdict::invariant;
 struct Expectation {
   std::string id;  // exact scenario id, or a glob when it has '*' or '?'
   Verdict verdict = Verdict::invariant;
-  std::string why;   // free text, e.g. the upstream issue; may be empty
+  std::string why;  // free text, e.g. the upstream issue; may be empty
   bool glob = false;
   size_t index = 0;  // position in the file's "expectations" array
   int line = 0;      // 1-based line of the entry's id in the file; 0 when not found

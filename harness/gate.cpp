@@ -36,56 +36,62 @@ std::string fix_for(const ExpectationsFile& file, const GateCase& c, const Repor
       }
     }
     if (ran_but_no_report) {
-      return fmt::format("{} was asked to run it but left no report: run it again (bih run "
-                         "--resume with the same --out) and gate again",
-                         shard.empty() ? "the run" : "the run of " + shard);
+      return fmt::format(
+          "{} was asked to run it but left no report: run it again (bih run "
+          "--resume with the same --out) and gate again",
+          shard.empty() ? "the run" : "the run of " + shard);
     }
     return shard.empty() ? "gather the folder of the run that has it, or run it"
-                         : fmt::format("pass the report folder of {} too (bih run MATRIX --shard "
-                                       "{} --out DIR), or run that shard",
-                                       shard, shard.substr(6));
+                         : fmt::format(
+                               "pass the report folder of {} too (bih run MATRIX --shard "
+                               "{} --out DIR), or run that shard",
+                               shard, shard.substr(6));
   }
   const Verdict got = *c.got;
   if (!c.entry) {
-    return fmt::format("no entry matches it (expected {} by default); to accept {}, add to "
-                       "\"expectations\" in {}: {}",
-                       to_string(kDefaultExpectation), to_string(got), file.path,
-                       entry_json(c.id, got, "<why this verdict is accepted>"));
+    return fmt::format(
+        "no entry matches it (expected {} by default); to accept {}, add to "
+        "\"expectations\" in {}: {}",
+        to_string(kDefaultExpectation), to_string(got), file.path,
+        entry_json(c.id, got, "<why this verdict is accepted>"));
   }
   const Expectation& e = file.entries[*c.entry];
   if (e.glob) {
-    return fmt::format("the glob '{}' at {} expects {}; to accept {} for this scenario alone, add "
-                       "an exact entry (it beats any glob): {}",
-                       e.id, where(file, e), to_string(e.verdict), to_string(got),
-                       entry_json(c.id, got, e.why.empty() ? "<why>" : e.why));
+    return fmt::format(
+        "the glob '{}' at {} expects {}; to accept {} for this scenario alone, add "
+        "an exact entry (it beats any glob): {}",
+        e.id, where(file, e), to_string(e.verdict), to_string(got),
+        entry_json(c.id, got, e.why.empty() ? "<why>" : e.why));
   }
-  return fmt::format("{}change {} to: {}",
-                     c.outcome == GateOutcome::regression ? "fix the regression, or to accept it "
-                                                          : "",
-                     where(file, e), entry_json(c.id, got, e.why));
-}
-
-// "batch bs=1 vs bs=64: 1522/1536 logprobs differ, ..." for the first comparison that differs
-// (the first one when none does), and the reason for error/unsupported.
-std::string report_detail(const nlohmann::json& report) {
-  std::string detail;
-  const nlohmann::json* shown = nullptr;
-  for (const auto& c : report.at("comparisons")) {
-    if (!shown || (!c.value("identical", true) && shown->value("identical", true))) shown = &c;
-  }
-  if (shown) {
-    detail = fmt::format("{} {} vs {}: {}", shown->value("kind", "?"), shown->value("a", "?"),
-                         shown->value("b", "?"), shown->value("summary", "?"));
-  }
-  if (report.contains("reason") && report["reason"].is_string()) {
-    std::string reason = report["reason"].get<std::string>();
-    reason = reason.substr(0, reason.find('\n'));
-    detail += (detail.empty() ? "" : "; ") + reason;
-  }
-  return detail;
+  return fmt::format(
+      "{}change {} to: {}",
+      c.outcome == GateOutcome::regression ? "fix the regression, or to accept it " : "",
+      where(file, e), entry_json(c.id, got, e.why));
 }
 
 }  // namespace
+
+std::string verdict_evidence(const nlohmann::json& report) {
+  const bool want_repeat = report.value("verdict", "") == "nondeterministic";
+  const nlohmann::json* shown = nullptr;
+  int shown_rank = -1;  // 2: differs and is the wanted kind, 1: differs, 0: identical
+  for (const auto& c : report.at("comparisons")) {
+    const bool differs = !c.value("identical", true);
+    const bool wanted_kind = !want_repeat || c.value("kind", "") != "batch";
+    const int rank = differs ? (wanted_kind ? 2 : 1) : 0;
+    if (rank > shown_rank) shown = &c, shown_rank = rank;
+  }
+  std::string evidence;
+  if (shown) {
+    evidence = fmt::format("{} {} vs {}: {}", shown->value("kind", "?"), shown->value("a", "?"),
+                           shown->value("b", "?"), shown->value("summary", "?"));
+  }
+  if (report.contains("reason") && report["reason"].is_string()) {
+    const std::string reason = report["reason"].get<std::string>();
+    evidence += (evidence.empty() ? "" : "; ") + reason.substr(0, reason.find('\n'));
+  }
+  return evidence;
+}
 
 std::string to_string(GateOutcome outcome) {
   switch (outcome) {
@@ -123,7 +129,7 @@ GateResult decide_gate(const ExpectationsFile& file, const ReportSet& reports,
       entry_used[e->index] = true;
     } else {
       c.expected = kDefaultExpectation;
-      c.expectation_source = "default (no entry matches)";
+      c.expectation_source = "no entry matches: the default";
     }
   };
   for (const auto& report : reports.reports) {
@@ -156,17 +162,17 @@ GateResult decide_gate(const ExpectationsFile& file, const ReportSet& reports,
   }
 
   if (!reports.duplicate_ids.empty()) {
-    result.notes.push_back(fmt::format(
-        "{} scenario(s) have several reports; the newest of each is gated (first: {})",
-        reports.duplicate_ids.size(), reports.duplicate_ids.front()));
+    result.notes.push_back(
+        fmt::format("{} scenario(s) have several reports; the newest of each is gated (first: {})",
+                    reports.duplicate_ids.size(), reports.duplicate_ids.front()));
   }
   for (const auto& difference : reports.environment_differences) {
     result.notes.push_back("reports come from different environments: " + difference);
   }
   for (const auto& e : file.entries) {
     if (!entry_used[e.index]) {
-      result.notes.push_back(fmt::format("{} matches no scenario gathered here: {}",
-                                         where(file, e), e.id));
+      result.notes.push_back(
+          fmt::format("{} matches no scenario gathered here: {}", where(file, e), e.id));
     }
   }
   return result;
@@ -194,12 +200,13 @@ std::string render_gate_text(const GateResult& result) {
     first_problem = false;
     const std::string level = c.failure ? "FAIL" : "warning";
     if (c.outcome == GateOutcome::missing) {
-      out += fmt::format("{} {}: {}: no report: scenario missing from the run (shard not "
-                         "gathered?)\n  -> {}\n",
-                         level, to_string(c.outcome), c.id, c.fix);
+      out += fmt::format(
+          "{} {}: {}: no report: scenario missing from the run (shard not "
+          "gathered?)\n  -> {}\n",
+          level, to_string(c.outcome), c.id, c.fix);
       continue;
     }
-    const std::string detail = c.report ? report_detail(*c.report) : "";
+    const std::string detail = c.report ? verdict_evidence(*c.report) : "";
     out += fmt::format("{} {}: {}: expected {} ({}), got {}{}\n  -> {}\n", level,
                        to_string(c.outcome), c.id, to_string(c.expected), c.expectation_source,
                        to_string(*c.got), detail.empty() ? "" : ": " + detail, c.fix);

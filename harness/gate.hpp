@@ -7,7 +7,8 @@
 //   changed          expected one variance (or error/unsupported), got another non-invariant
 //                    verdict, e.g. batch_variant -> nondeterministic                   -> failure
 //   unexpected_pass  expected a variance (or error/unsupported) and got `invariant`: good news,
-//                    but the baseline is stale                         -> warning (--strict: failure)
+//                    but the baseline is stale                         -> warning (--strict:
+//                    failure)
 //   missing          a manifest names it and no report exists (a shard not gathered?) -> failure
 // Every outcome but pass carries the fix: the file:line of the entry to change and its new text,
 // or the entry to add when no entry matched.
@@ -35,8 +36,8 @@ struct GateCase {
   GateOutcome outcome = GateOutcome::pass;
   bool failure = false;  // counts against the gate (a warning when false and not pass)
   Verdict expected = kDefaultExpectation;
-  std::optional<Verdict> got;  // nullopt: missing
-  std::optional<size_t> entry;  // index into ExpectationsFile::entries; nullopt: the default
+  std::optional<Verdict> got;      // nullopt: missing
+  std::optional<size_t> entry;     // index into ExpectationsFile::entries; nullopt: the default
   std::string expectation_source;  // "ci/expectations.json:12", or "default (no entry matches)"
   std::string fix;                 // empty for pass
   const nlohmann::json* report = nullptr;  // into the ReportSet; nullptr when missing
@@ -53,6 +54,11 @@ struct GateResult {
 struct GateOptions {
   bool strict = false;  // unexpected passes fail the gate
 };
+
+// The comparison that explains a report's verdict, as "kind a vs b: summary": for
+// nondeterministic the first differing repeat/fresh comparison, else the first differing one,
+// else the first; then the first line of the reason when there is one. Empty when neither exists.
+std::string verdict_evidence(const nlohmann::json& report);
 
 // Decides every scenario of `reports` against `expectations`. Pointers in the result refer into
 // `reports` and stay valid while it lives.

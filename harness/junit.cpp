@@ -83,9 +83,9 @@ std::string number_or(const nlohmann::json& j, const char* key) {
 // The failure's text: what was expected and where, every comparison's counts and first
 // divergences, the reason, the fix and the report file.
 std::string failure_text(const GateCase& c) {
-  std::string text = fmt::format("scenario: {}\nexpected: {} ({})\ngot: {}\n", c.id,
-                                 to_string(c.expected), c.expectation_source,
-                                 c.got ? to_string(*c.got) : "no report");
+  std::string text =
+      fmt::format("scenario: {}\nexpected: {} ({})\ngot: {}\n", c.id, to_string(c.expected),
+                  c.expectation_source, c.got ? to_string(*c.got) : "no report");
   if (c.report) {
     const auto& r = *c.report;
     if (r.contains("reason") && r["reason"].is_string()) {
@@ -105,7 +105,8 @@ std::string failure_text(const GateCase& c) {
       int shown = 0;
       for (const auto& d : divergences) {
         if (shown++ == kDivergencesShown) {
-          text += fmt::format("  ... {} more in the report\n", divergences.size() - kDivergencesShown);
+          text +=
+              fmt::format("  ... {} more in the report\n", divergences.size() - kDivergencesShown);
           break;
         }
         text += fmt::format(
@@ -129,16 +130,8 @@ std::string failure_message(const GateCase& c) {
   std::string message =
       fmt::format("expected {}, got {}", to_string(c.expected), to_string(*c.got));
   if (c.report) {
-    for (const auto& cmp : c.report->at("comparisons")) {
-      if (!cmp.value("identical", true)) {
-        message += fmt::format(": {} {}", cmp.value("kind", "?"), cmp.value("summary", "?"));
-        break;
-      }
-    }
-    if (c.report->contains("reason") && (*c.report)["reason"].is_string()) {
-      const std::string reason = (*c.report)["reason"];
-      message += ": " + reason.substr(0, reason.find('\n'));
-    }
+    const std::string evidence = verdict_evidence(*c.report);
+    if (!evidence.empty()) message += ": " + evidence;
   }
   return message;
 }
@@ -194,22 +187,22 @@ std::string render_junit(const GateResult& result, const std::string& suite_name
   for (const GateCase& c : result.cases) {
     const double t = wall_s(c);
     total_s += t;
-    cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"", attr(classname(c)),
-                         attr(c.id), t);
+    cases += fmt::format("    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3f}\"",
+                         attr(classname(c)), attr(c.id), t);
     if (c.failure) {
       ++failures;
-      cases += fmt::format(">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n",
-                           attr(failure_message(c)), to_string(c.outcome),
-                           xml_escape(failure_text(c), false));
+      cases += fmt::format(
+          ">\n      <failure message=\"{}\" type=\"{}\">{}</failure>\n    </testcase>\n",
+          attr(failure_message(c)), to_string(c.outcome), xml_escape(failure_text(c), false));
     } else if (c.outcome == GateOutcome::pass && c.expected == Verdict::unsupported) {
       ++skipped;
       std::string reason;
       if (c.report && c.report->contains("reason") && (*c.report)["reason"].is_string()) {
         reason = (*c.report)["reason"];
       }
-      cases += fmt::format(">\n      <skipped message=\"{}\"/>\n    </testcase>\n",
-                           attr("unsupported on this machine, as expected" +
-                                (reason.empty() ? "" : ": " + reason)));
+      cases += fmt::format(
+          ">\n      <skipped message=\"{}\"/>\n    </testcase>\n",
+          attr("unsupported on this machine, as expected" + (reason.empty() ? "" : ": " + reason)));
     } else if (c.outcome != GateOutcome::pass) {  // a tolerated unexpected pass
       cases += fmt::format(">\n      <system-out>{}</system-out>\n    </testcase>\n",
                            xml_escape("warning: " + to_string(c.outcome) + ": " +
@@ -234,8 +227,7 @@ std::string render_junit(const GateResult& result, const std::string& suite_name
   return xml;
 }
 
-void write_junit(const std::string& path, const GateResult& result,
-                 const std::string& suite_name) {
+void write_junit(const std::string& path, const GateResult& result, const std::string& suite_name) {
   write_file_atomically(path, render_junit(result, suite_name));
 }
 

@@ -25,7 +25,6 @@ std::string xml_escape(std::string_view text, bool attribute);
 std::string render_junit(const GateResult& result, const std::string& suite_name);
 
 // Writes render_junit() to `path` atomically. Throws InfraError when it cannot.
-void write_junit(const std::string& path, const GateResult& result,
-                 const std::string& suite_name);
+void write_junit(const std::string& path, const GateResult& result, const std::string& suite_name);
 
 }  // namespace bih

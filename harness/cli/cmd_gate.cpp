@@ -53,8 +53,9 @@ Exit codes: 0 pass, 1 gate failure, 2 bad input (expectations file, reports).)")
             if (reports.reports.empty() && reports.missing_ids.empty()) {
               std::string where;
               for (const auto& d : args->report_dirs) where += (where.empty() ? "" : ", ") + d;
-              throw InputError(where + ": no report and no run manifest found; valid: the --out "
-                                       "folder(s) of bih run");
+              throw InputError(where +
+                               ": no report and no run manifest found; valid: the --out "
+                               "folder(s) of bih run");
             }
             const GateResult result =
                 decide_gate(expectations, reports, GateOptions{.strict = args->strict});
