@@ -3,6 +3,7 @@
 // exactly the scenarios whose report is gone or was made from another resolved scenario.
 // All on scenarios/issue-56370.json with a small plan (4 prompts, 3 tokens, batch sizes 1 and 4).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -62,7 +63,9 @@ class Shard : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     for (int i = 1; i <= kShards; ++i) {
-      const fs::path dir = testing::fresh_dir("shard-" + std::to_string(i));
+      // ctest runs each test in its own process, maybe side by side: one set of folders each.
+      const fs::path dir =
+          testing::fresh_dir("shard-" + std::to_string(getpid()) + "-" + std::to_string(i));
       const auto r = run_bih(
           with_plan({"run", kMatrix, "--shard", std::to_string(i) + "/3", "--out", dir.string()}));
       runs_.push_back(r);
