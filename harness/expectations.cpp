@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>

@@ -2,6 +2,8 @@
 
 #include <fmt/core.h>
 
+#include <cstdint>
+
 #include "harness/atomic_file.hpp"
 
 namespace bih {
