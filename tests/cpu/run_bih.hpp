@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -40,7 +41,9 @@ inline BihResult run_bih(const std::vector<std::string>& args) {
 
 // A fresh empty folder under the system temp folder.
 inline std::filesystem::path fresh_dir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() / ("bih-test-" + name);
+  // The pid keeps concurrent test processes (ctest -j, several checkouts) out of each other's way.
+  auto dir = std::filesystem::temp_directory_path() /
+             ("bih-test-" + std::to_string(getpid()) + "-" + name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

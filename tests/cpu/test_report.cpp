@@ -18,14 +18,7 @@
 #include "harness/errors.hpp"
 #include "harness/report.hpp"
 #include "harness/table.hpp"
-
-#if __has_include(<valijson/validator.hpp>)
-#include <valijson/adapters/nlohmann_json_adapter.hpp>
-#include <valijson/schema.hpp>
-#include <valijson/schema_parser.hpp>
-#include <valijson/validator.hpp>
-#define BIH_HAVE_VALIJSON 1
-#endif
+#include "schema_check.hpp"
 
 namespace bih {
 namespace {
@@ -124,31 +117,10 @@ TEST(ReportMake, CarriesCountsVerdictAndExpectation) {
   EXPECT_TRUE(make_report(unexpected)["expect"].is_null());
 }
 
-#ifdef BIH_HAVE_VALIJSON
 class ReportSchema : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const json schema_json =
-        json::parse(read_text(fs::path(BIH_SOURCE_DIR) / "reports/report.schema.json"));
-    valijson::SchemaParser parser(valijson::SchemaParser::kDraft7);
-    valijson::adapters::NlohmannJsonAdapter adapter(schema_json);
-    parser.populateSchema(adapter, schema_);
-  }
-  // Empty when valid; otherwise the validator's complaints, one per line.
-  std::string errors(const json& doc) const {
-    valijson::Validator validator;
-    valijson::ValidationResults results;
-    valijson::adapters::NlohmannJsonAdapter target(doc);
-    if (validator.validate(schema_, target, &results)) return "";
-    std::string out;
-    valijson::ValidationResults::Error e;
-    while (results.popError(e)) {
-      for (const auto& part : e.context) out += part;
-      out += ": " + e.description + "\n";
-    }
-    return out.empty() ? "invalid" : out;
-  }
-  valijson::Schema schema_;
+  std::string errors(const json& doc) const { return checker_.errors(doc); }
+  testing::SchemaChecker checker_{std::string(BIH_SOURCE_DIR) + "/reports/report.schema.json"};
 };
 
 TEST_F(ReportSchema, MadeReportValidates) {
@@ -227,9 +199,6 @@ TEST_F(ReportSchema, BrokenReportsFail) {
   r["model"] = json{{"weights_hash", "abc"}};
   EXPECT_NE(errors(r), "") << "model with neither preset nor path accepted";
 }
-#else
-TEST(ReportSchema, SkippedWithoutValijson) { GTEST_SKIP() << "valijson headers not installed"; }
-#endif
 
 TEST(ReportFileName, SafeStableAndDistinct) {
   const std::string id =

@@ -7,17 +7,13 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <valijson/adapters/nlohmann_json_adapter.hpp>
-#include <valijson/schema.hpp>
-#include <valijson/schema_parser.hpp>
-#include <valijson/validation_results.hpp>
-#include <valijson/validator.hpp>
 #include <vector>
 
 #include "harness/edit_distance.hpp"
 #include "harness/errors.hpp"
 #include "harness/scenario.hpp"
 #include "harness/scenario_file.hpp"
+#include "schema_check.hpp"
 
 namespace bih {
 namespace {
@@ -519,29 +515,12 @@ class ScenarioSchema : public ::testing::Test {
  protected:
   void SetUp() override {
     schema_json_ = read_json_file(std::string(BIH_SOURCE_DIR) + "/scenarios/scenario.schema.json");
-    valijson::SchemaParser parser;  // draft 7
-    valijson::adapters::NlohmannJsonAdapter adapter(schema_json_);
-    parser.populateSchema(adapter, schema_);
   }
-
   // Empty when valid, else the validator's complaints.
-  std::string errors_of(const json& document) {
-    valijson::Validator validator;
-    valijson::ValidationResults results;
-    valijson::adapters::NlohmannJsonAdapter adapter(document);
-    if (validator.validate(schema_, adapter, &results)) return "";
-    std::string out;
-    valijson::ValidationResults::Error error;
-    while (results.popError(error)) {
-      std::string context;
-      for (const auto& c : error.context) context += c;
-      out += context + ": " + error.description + "\n";
-    }
-    return out.empty() ? "invalid" : out;
-  }
+  std::string errors_of(const json& document) { return checker_.errors(document); }
 
   json schema_json_;
-  valijson::Schema schema_;
+  testing::SchemaChecker checker_{std::string(BIH_SOURCE_DIR) + "/scenarios/scenario.schema.json"};
 };
 
 TEST_F(ScenarioSchema, EveryScenarioFileValidates) {
