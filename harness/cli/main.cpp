@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
       bih::cli::add_run_command(app),
       bih::cli::add_list_command(app),
       bih::cli::add_diff_command(app),
+      bih::cli::add_matrix_command(app),
       bih::cli::add_worker_command(app),
   };
   try {
