@@ -118,10 +118,10 @@ std::string entry_html(const CellEntry& e) {
   for (const auto& c : e.comparisons) {
     if (c.heat_map.marks.empty()) continue;
     out += "<figure class=\"heatmap\"><figcaption>First divergences, " +
-           escape_html(c.kind + " (" + c.a + " vs " + c.b + ")") + ": " +
-           std::to_string(c.heat_map.marks.size()) + " prompts marked of " +
-           std::to_string(c.sequences_diverged) + " with a changed sequence" +
-           (c.heat_map.capped ? "; capped: reports keep at most 16 by default" : "") +
+           escape_html(c.kind + " (" + c.a + " vs " + c.b + ")") + ": one per prompt that differs, " +
+           std::to_string(c.heat_map.marks.size()) + " kept" +
+           (c.heat_map.capped ? " (capped: a report keeps at most 16 per comparison by default)"
+                              : "") +
            ". Dark red: the token changed first here; orange: only the logprob bits." +
            "</figcaption>" + heat_map_svg(c.heat_map) + "</figure>";
     out += divergence_table(c.first_divergences);

@@ -48,9 +48,10 @@ void details_section(const CellEntry& e, std::string& out) {
   for (const ComparisonView& c : e.comparisons) {
     if (c.heat_map.marks.empty()) continue;
     out += "First divergences, " + c.kind + " (" + escape_markdown(c.a) + " vs " +
-           escape_markdown(c.b) + "), " + std::to_string(c.heat_map.marks.size()) + " of " +
-           std::to_string(c.sequences_diverged) + " diverged sequences" +
-           (c.heat_map.capped ? "; capped: reports keep at most 16 by default" : "") + ":\n\n";
+           escape_markdown(c.b) + "), one per prompt that differs, " + std::to_string(c.heat_map.marks.size()) + " kept" +
+           (c.heat_map.capped ? " (capped: a report keeps at most 16 per comparison by default)"
+                              : "") +
+           ":\n\n";
     out += "| prompt | step | token a | token b | logprob a bits | logprob b bits | ulp |\n";
     out += "| ---: | ---: | ---: | ---: | --- | --- | ---: |\n";
     for (const auto& d : c.first_divergences) {
