@@ -43,16 +43,23 @@ std::string csv_field(const std::string& text) {
 }
 
 const std::vector<std::string>& csv_columns() {
-  static const std::vector<std::string> columns{
-      "table",          "row",
-      "column",         "id",
-      "verdict",        "counts",
-      "distinguishing", "expect",
-      "expect_met",     "batch_logprobs_differ",
-      "batch_logprobs_compared", "batch_tokens_differ",
-      "batch_sequences_diverged", "run_to_run_logprobs_differ",
-      "run_to_run_logprobs_compared", "reason",
-      "report"};
+  static const std::vector<std::string> columns{"table",
+                                                "row",
+                                                "column",
+                                                "id",
+                                                "verdict",
+                                                "counts",
+                                                "distinguishing",
+                                                "expect",
+                                                "expect_met",
+                                                "batch_logprobs_differ",
+                                                "batch_logprobs_compared",
+                                                "batch_tokens_differ",
+                                                "batch_sequences_diverged",
+                                                "run_to_run_logprobs_differ",
+                                                "run_to_run_logprobs_compared",
+                                                "reason",
+                                                "report"};
   return columns;
 }
 
@@ -64,22 +71,15 @@ std::string render_csv(const MatrixView& view) {
         for (const CellEntry& e : table.cells[r][c].entries) {
           const ComparisonView* batch = first_of_kind(e, "batch");
           const ComparisonView* rerun = worst_run_to_run(e);
-          out += join_row({table.split.label,
-                           table.rows[r].label,
-                           table.cols[c].label,
-                           e.id,
-                           e.verdict,
-                           e.counts,
-                           e.distinguishing,
-                           e.expect.value_or(""),
+          out += join_row({table.split.label, table.rows[r].label, table.cols[c].label, e.id,
+                           e.verdict, e.counts, e.distinguishing, e.expect.value_or(""),
                            e.expect_met ? (*e.expect_met ? "true" : "false") : "",
                            count_or_empty(batch, &ComparisonView::logprobs_differ),
                            count_or_empty(batch, &ComparisonView::logprobs_compared),
                            count_or_empty(batch, &ComparisonView::tokens_differ),
                            count_or_empty(batch, &ComparisonView::sequences_diverged),
                            count_or_empty(rerun, &ComparisonView::logprobs_differ),
-                           count_or_empty(rerun, &ComparisonView::logprobs_compared),
-                           e.reason,
+                           count_or_empty(rerun, &ComparisonView::logprobs_compared), e.reason,
                            e.report_path});
         }
       }

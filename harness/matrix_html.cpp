@@ -118,8 +118,8 @@ std::string entry_html(const CellEntry& e) {
   for (const auto& c : e.comparisons) {
     if (c.heat_map.marks.empty()) continue;
     out += "<figure class=\"heatmap\"><figcaption>First divergences, " +
-           escape_html(c.kind + " (" + c.a + " vs " + c.b + ")") + ": one per prompt that differs, " +
-           std::to_string(c.heat_map.marks.size()) + " kept" +
+           escape_html(c.kind + " (" + c.a + " vs " + c.b + ")") +
+           ": one per prompt that differs, " + std::to_string(c.heat_map.marks.size()) + " kept" +
            (c.heat_map.capped ? " (capped: a report keeps at most 16 per comparison by default)"
                               : "") +
            ". Dark red: the token changed first here; orange: only the logprob bits." +
@@ -171,9 +171,10 @@ std::string render_html(const MatrixView& view) {
                     escape_html(view.title) + "</title><style>" + kStyle +
                     "</style></head><body>\n<h1>" + escape_html(view.title) + "</h1>\n";
   if (!view.environment_differences.empty()) {
-    out += "<div class=\"banner\" id=\"mixed-environment\" role=\"alert\"><strong>Warning: these "
-           "reports come from different environments.</strong> Their cells are not comparable "
-           "side by side. Fields that differ:<ul>";
+    out +=
+        "<div class=\"banner\" id=\"mixed-environment\" role=\"alert\"><strong>Warning: these "
+        "reports come from different environments.</strong> Their cells are not comparable "
+        "side by side. Fields that differ:<ul>";
     for (const auto& d : view.environment_differences) out += "<li>" + escape_html(d) + "</li>";
     out += "</ul></div>\n";
   }
@@ -187,22 +188,25 @@ std::string render_html(const MatrixView& view) {
   }
   out += "</p>\n";
   if (!view.missing_ids.empty()) {
-    out += "<div class=\"banner missing\" id=\"missing\"><strong>Missing scenarios</strong> "
-           "(named by a run manifest, no report found):<ul>";
+    out +=
+        "<div class=\"banner missing\" id=\"missing\"><strong>Missing scenarios</strong> "
+        "(named by a run manifest, no report found):<ul>";
     for (const auto& id : view.missing_ids) out += "<li><code>" + escape_html(id) + "</code></li>";
     out += "</ul></div>\n";
   }
   if (!view.duplicate_ids.empty()) {
     out += "<p>Scenarios with several reports (the newest is shown):</p><ul>";
-    for (const auto& id : view.duplicate_ids) out += "<li><code>" + escape_html(id) + "</code></li>";
+    for (const auto& id : view.duplicate_ids)
+      out += "<li><code>" + escape_html(id) + "</code></li>";
     out += "</ul>\n";
   }
   out += "<p class=\"legend\">";
   for (const char* v : {"invariant", "batch_variant", "nondeterministic", "error", "unsupported"}) {
     out += "<span class=\"" + verdict_class(v) + "\">" + v + "</span>";
   }
-  out += "<br>Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch (\"run to "
-         "run\": the same batch twice). Click a cell for its details.</p>\n";
+  out +=
+      "<br>Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch (\"run to "
+      "run\": the same batch twice). Click a cell for its details.</p>\n";
 
   for (const MatrixTable& table : view.tables) {
     out += "<section class=\"split\" data-split=\"" + escape_html(table.split.label) + "\"><h2>" +

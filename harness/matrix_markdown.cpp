@@ -10,8 +10,8 @@ namespace {
 // Colour squares next to the verdict word: colour helps, the word carries the meaning.
 std::string verdict_square(const std::string& verdict) {
   static const std::map<std::string, std::string> squares{
-      {"invariant", "🟩"},        {"batch_variant", "🟧"}, {"nondeterministic", "🟪"},
-      {"error", "🟥"},            {"unsupported", "⬜"},
+      {"invariant", "🟩"}, {"batch_variant", "🟧"}, {"nondeterministic", "🟪"},
+      {"error", "🟥"},     {"unsupported", "⬜"},
   };
   const auto it = squares.find(verdict);
   return it == squares.end() ? "?" : it->second;
@@ -48,7 +48,8 @@ void details_section(const CellEntry& e, std::string& out) {
   for (const ComparisonView& c : e.comparisons) {
     if (c.heat_map.marks.empty()) continue;
     out += "First divergences, " + c.kind + " (" + escape_markdown(c.a) + " vs " +
-           escape_markdown(c.b) + "), one per prompt that differs, " + std::to_string(c.heat_map.marks.size()) + " kept" +
+           escape_markdown(c.b) + "), one per prompt that differs, " +
+           std::to_string(c.heat_map.marks.size()) + " kept" +
            (c.heat_map.capped ? " (capped: a report keeps at most 16 per comparison by default)"
                               : "") +
            ":\n\n";
@@ -102,8 +103,9 @@ std::string escape_markdown(const std::string& text) {
 std::string render_markdown(const MatrixView& view) {
   std::string out = "# " + escape_markdown(view.title) + "\n\n";
   if (!view.environment_differences.empty()) {
-    out += "> **Warning: these reports come from different environments.** Their cells are not "
-           "comparable side by side. Fields that differ:\n>\n";
+    out +=
+        "> **Warning: these reports come from different environments.** Their cells are not "
+        "comparable side by side. Fields that differ:\n>\n";
     for (const auto& d : view.environment_differences) out += "> - " + escape_markdown(d) + "\n";
     out += "\n";
   }
@@ -126,9 +128,10 @@ std::string render_markdown(const MatrixView& view) {
     for (const auto& id : view.duplicate_ids) out += "- " + code(id) + "\n";
     out += "\n";
   }
-  out += "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · 🟥 error · ⬜ "
-         "unsupported. Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
-         "(\"run to run\": the same batch twice). Each cell links to its details.\n\n";
+  out +=
+      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · 🟥 error · ⬜ "
+      "unsupported. Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
+      "(\"run to run\": the same batch twice). Each cell links to its details.\n\n";
 
   auto axis_header = [](const std::vector<std::string>& keys) {
     std::string h;

@@ -39,7 +39,7 @@ std::string escape_markdown(const std::string& text);  // table-safe: | \ * _ ` 
 std::string csv_field(const std::string& text);        // quoted when it holds , " CR or LF
 
 // The formats `bih matrix --format` accepts and the file each writes.
-const std::vector<std::string>& matrix_formats();  // md, csv, json, html
+const std::vector<std::string>& matrix_formats();         // md, csv, json, html
 std::string matrix_file_name(const std::string& format);  // "matrix.md", ...
 
 // Renders `formats` into `out_dir` (created if missing), each file written atomically. Returns

@@ -94,10 +94,10 @@ HeatMap heat_map_of(const json& comparison) {
     mark.step = d.at("step");
     mark.token_differs = d.at("token_a") != d.at("token_b");
     const json& ulp = d.at("ulp");
-    mark.tooltip = "prompt " + std::to_string(mark.prompt) + ", step " +
-                   std::to_string(mark.step) + ": token " + d.at("token_a").dump() + " vs " +
-                   d.at("token_b").dump() + ", logprob " + d.at("logprob_a_bits").get<std::string>() +
-                   " vs " + d.at("logprob_b_bits").get<std::string>() + " (" +
+    mark.tooltip = "prompt " + std::to_string(mark.prompt) + ", step " + std::to_string(mark.step) +
+                   ": token " + d.at("token_a").dump() + " vs " + d.at("token_b").dump() +
+                   ", logprob " + d.at("logprob_a_bits").get<std::string>() + " vs " +
+                   d.at("logprob_b_bits").get<std::string>() + " (" +
                    (ulp.is_null() ? std::string("NaN") : ulp.dump()) + " ulp)";
     // A prompt past the grid (a malformed count) widens it rather than vanishing.
     map.prompts = std::max(map.prompts, mark.prompt + 1);
@@ -263,12 +263,12 @@ MatrixView build_matrix_view(const ReportSet& set, const MatrixOptions& options)
     auto text = [&](const char* pointer) {
       const json::json_pointer p(pointer);
       return env.contains(p) && !env.at(p).is_null() ? axis_value_text(env.at(p))
-                                                       : std::string("null");
+                                                     : std::string("null");
     };
-    view.environment.emplace_back("cpu", text("/cpu/model") + " (" + text("/cpu/cores") +
-                                             " cores)");
-    view.environment.emplace_back("os", text("/os/sysname") + " " + text("/os/release") + " " +
-                                            text("/os/machine"));
+    view.environment.emplace_back("cpu",
+                                  text("/cpu/model") + " (" + text("/cpu/cores") + " cores)");
+    view.environment.emplace_back(
+        "os", text("/os/sysname") + " " + text("/os/release") + " " + text("/os/machine"));
     view.environment.emplace_back("compiler", text("/compiler"));
   }
 

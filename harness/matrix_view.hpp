@@ -49,7 +49,7 @@ struct ComparisonView {
   int64_t logprobs_differ = 0, logprobs_compared = 0;
   int64_t tokens_differ = 0, tokens_compared = 0;
   int64_t sequences_diverged = 0, sequences_compared = 0;
-  std::optional<uint64_t> max_ulp;  // null in the report when a NaN is involved
+  std::optional<uint64_t> max_ulp;   // null in the report when a NaN is involved
   nlohmann::json first_divergences;  // the report's array, as is
   HeatMap heat_map;
 };
@@ -84,8 +84,8 @@ struct AxisKey {
 
 struct MatrixTable {
   AxisKey split;
-  std::vector<AxisKey> rows;                  // sorted by value (numbers numerically)
-  std::vector<AxisKey> cols;                  // sorted likewise
+  std::vector<AxisKey> rows;                   // sorted by value (numbers numerically)
+  std::vector<AxisKey> cols;                   // sorted likewise
   std::vector<std::vector<MatrixCell>> cells;  // [row][col]
 };
 

@@ -68,45 +68,45 @@ Command add_matrix_command(CLI::App& app) {
   cmd->add_flag("--strict-environment", args->strict_environment,
                 "Refuse (exit 2) when the reports come from different environments instead of "
                 "showing a warning");
-  return {cmd, [args] {
-            const ReportSet set = load_report_set(args->inputs);
-            if (set.reports.empty() && set.missing_ids.empty()) {
-              throw InputError("bih matrix: no reports found in the given folders or files");
-            }
-            if (!set.environment_differences.empty()) {
-              std::string fields;
-              for (const auto& d : set.environment_differences) fields += "\n  " + d;
-              if (args->strict_environment) {
-                throw InputError(
-                    "the reports come from different environments (--strict-environment):" +
-                    fields);
-              }
-              std::fprintf(stderr,
-                           "bih matrix: warning: the reports come from different environments; "
-                           "the matrix says so:%s\n",
-                           fields.c_str());
-            }
-            MatrixOptions options;
-            options.rows = split_commas(args->rows);
-            options.cols = split_commas(args->cols);
-            options.split = split_commas(args->split);
-            options.title = args->title;
-            const MatrixView view = build_matrix_view(set, options);
-            for (const auto& path : write_matrix_files(view, args->formats, args->out_dir)) {
-              std::printf("wrote %s\n", path.c_str());
-            }
-            std::printf("%d reports in %zu tables", view.report_count, view.tables.size());
-            for (const auto& [verdict, n] : view.verdict_totals) {
-              std::printf(", %d %s", n, verdict.c_str());
-            }
-            std::printf("\n");
-            if (!set.missing_ids.empty()) {
-              std::fprintf(stderr, "bih matrix: %zu scenarios have no report:\n",
-                           set.missing_ids.size());
-              for (const auto& id : set.missing_ids) std::fprintf(stderr, "  %s\n", id.c_str());
-            }
-            return 0;
-          }};
+  return {
+      cmd, [args] {
+        const ReportSet set = load_report_set(args->inputs);
+        if (set.reports.empty() && set.missing_ids.empty()) {
+          throw InputError("bih matrix: no reports found in the given folders or files");
+        }
+        if (!set.environment_differences.empty()) {
+          std::string fields;
+          for (const auto& d : set.environment_differences) fields += "\n  " + d;
+          if (args->strict_environment) {
+            throw InputError(
+                "the reports come from different environments (--strict-environment):" + fields);
+          }
+          std::fprintf(stderr,
+                       "bih matrix: warning: the reports come from different environments; "
+                       "the matrix says so:%s\n",
+                       fields.c_str());
+        }
+        MatrixOptions options;
+        options.rows = split_commas(args->rows);
+        options.cols = split_commas(args->cols);
+        options.split = split_commas(args->split);
+        options.title = args->title;
+        const MatrixView view = build_matrix_view(set, options);
+        for (const auto& path : write_matrix_files(view, args->formats, args->out_dir)) {
+          std::printf("wrote %s\n", path.c_str());
+        }
+        std::printf("%d reports in %zu tables", view.report_count, view.tables.size());
+        for (const auto& [verdict, n] : view.verdict_totals) {
+          std::printf(", %d %s", n, verdict.c_str());
+        }
+        std::printf("\n");
+        if (!set.missing_ids.empty()) {
+          std::fprintf(stderr, "bih matrix: %zu scenarios have no report:\n",
+                       set.missing_ids.size());
+          for (const auto& id : set.missing_ids) std::fprintf(stderr, "  %s\n", id.c_str());
+        }
+        return 0;
+      }};
 }
 
 }  // namespace bih::cli
