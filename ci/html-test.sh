@@ -28,4 +28,4 @@ build=${BIH_BUILD_DIR:-build}
 out=out/html-test
 rm -rf "$out" && mkdir -p "$out"
 "$build/bih" matrix tests/data/matrix --out "$out" --title "bih matrix (test fixtures)"
-node tests/html/matrix_page.test.mjs "$out" "$out/matrix.png"
+BIH_REQUIRE_ERROR_CELL=1 node tests/html/matrix_page.test.mjs "$out" "$out/matrix.png"
