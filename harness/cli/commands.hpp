@@ -18,6 +18,7 @@ struct Command {
 Command add_run_command(CLI::App& app);
 Command add_list_command(CLI::App& app);
 Command add_diff_command(CLI::App& app);
+Command add_matrix_command(CLI::App& app);
 Command add_worker_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
 Command add_bisect_command(CLI::App& app);
