@@ -11,6 +11,22 @@ namespace bih {
 
 enum class ExitCode : int { ok = 0, conformance_failure = 1, usage_error = 2, infrastructure = 3 };
 
+// JSON pointer escaping of one reference token (RFC 6901: "~" -> "~0", "/" -> "~1"), so that
+// error messages can point at keys such as tensor names that hold a '/'.
+inline std::string json_pointer_token(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // Bad user input: a malformed file, an unknown key, a value out of range. Exit code 2.
 class InputError : public std::runtime_error {
  public:

@@ -456,20 +456,6 @@ void check_combinations(const Scenario& s, const Cursor& at) {
 
 }  // namespace
 
-std::string json_pointer_token(const std::string& key) {
-  std::string out;
-  for (char c : key) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 std::vector<std::string> scenario_dotted_keys() {
   std::vector<std::string> keys;
   for (const auto& top : kTopKeys) {

@@ -92,9 +92,6 @@ class ScenarioError : public InputError {
 std::vector<std::string> scenario_dotted_keys();
 bool is_scenario_dotted_key(const std::string& dotted);
 
-// JSON pointer escaping of one reference token ("~" -> "~0", "/" -> "~1").
-std::string json_pointer_token(const std::string& key);
-
 // Parses and validates one scenario object. `file` names the source in errors; `pointer` is the
 // JSON pointer of `j` inside that file. Throws InputError.
 Scenario scenario_from_json(const nlohmann::json& j, const std::string& file,

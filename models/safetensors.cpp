@@ -37,20 +37,7 @@ int dtype_bytes(const std::string& dtype) {
   return it == sizes.end() ? 0 : it->second;
 }
 
-std::string tensor_pointer(const std::string& name) {
-  // JSON pointer escaping (RFC 6901): '~' -> "~0", '/' -> "~1".
-  std::string out = "/";
-  for (char c : name) {
-    if (c == '~') {
-      out += "~0";
-    } else if (c == '/') {
-      out += "~1";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string tensor_pointer(const std::string& name) { return "/" + json_pointer_token(name); }
 
 std::string shape_string(const std::vector<uint64_t>& shape) {
   std::string s = "[";

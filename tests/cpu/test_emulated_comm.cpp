@@ -17,29 +17,18 @@
 #include "models/bf16.hpp"
 #include "models/comm/emulated.hpp"
 #include "models/comm/reduce_order.hpp"
+#include "test_util.hpp"
 
 namespace bih {
 namespace {
+
+using testing::pointers;
+using testing::random_bf16;
 
 using namespace std::chrono_literals;
 
 constexpr uint16_t kBitsOne = 0x3F80;         // 1.0
 constexpr uint16_t kBitsOnePlus2m6 = 0x3F82;  // 1 + 2^-6
-
-std::vector<bf16> random_bf16(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::uniform_int_distribution<int> exponent(-6, 6);
-  std::vector<bf16> v(n);
-  for (bf16& x : v) x = to_bf16(std::ldexp(normal(gen), exponent(gen)));
-  return v;
-}
-
-std::vector<const bf16*> pointers(const std::vector<std::vector<bf16>>& per_rank) {
-  std::vector<const bf16*> p;
-  for (const auto& v : per_rank) p.push_back(v.data());
-  return p;
-}
 
 bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   if (a.size() != b.size()) return false;

@@ -17,31 +17,19 @@
 
 #include "models/bf16.hpp"
 #include "models/comm/reduce_order.hpp"
+#include "test_util.hpp"
 
 namespace bih {
 namespace {
+
+using testing::pointers;
+using testing::random_bf16;
 
 constexpr uint16_t kBitsOne = 0x3F80;         // 1.0
 constexpr uint16_t kBitsOnePlus2m7 = 0x3F81;  // 1 + 2^-7 = 1.0078125
 constexpr uint16_t kBitsOnePlus2m6 = 0x3F82;  // 1 + 2^-6 = 1.015625
 const bf16 kOne = to_bf16(1.0f);
 const bf16 kTiny = to_bf16(0x1p-8f);  // 2^-8, exact in bf16
-
-// Random bf16 values over several binades (signs mixed), so additions really round.
-std::vector<bf16> random_bf16(size_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::uniform_int_distribution<int> exponent(-6, 6);
-  std::vector<bf16> v(n);
-  for (bf16& x : v) x = to_bf16(std::ldexp(normal(gen), exponent(gen)));
-  return v;
-}
-
-std::vector<const bf16*> pointers(const std::vector<std::vector<bf16>>& per_rank) {
-  std::vector<const bf16*> p;
-  for (const auto& v : per_rank) p.push_back(v.data());
-  return p;
-}
 
 TEST(ReduceOrderTest, CraftedConstantsAreWhatTheCommentsSay) {
   EXPECT_EQ(kOne.bits, kBitsOne);

@@ -14,9 +14,12 @@
 #include "harness/scenario.hpp"
 #include "harness/scenario_file.hpp"
 #include "schema_check.hpp"
+#include "test_util.hpp"
 
 namespace bih {
 namespace {
+
+using testing::input_error_of;
 
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -32,18 +35,6 @@ std::vector<std::string> ids_of(const std::vector<Scenario>& scenarios) {
 }
 
 // Runs `action`, requires an InputError, and returns its message.
-std::string input_error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InputError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InputError, nothing was thrown";
-  return "";
-}
 
 // Requires that parsing `scenario` (as if from mem.json) fails with a message holding each piece.
 void expect_rejected(const json& scenario, const std::vector<std::string>& pieces) {

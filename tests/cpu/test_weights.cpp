@@ -19,6 +19,7 @@
 #include "models/config.hpp"
 #include "models/safetensors.hpp"
 #include "models/weights.hpp"
+#include "test_util.hpp"
 
 namespace bih {
 namespace {
@@ -51,21 +52,6 @@ void write_text(const std::string& path, const std::string& text) {
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// Runs f, expects an InputError, returns its message.
-template <class F>
-std::string input_error_message(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected InputError, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected InputError, nothing was thrown";
-  return "";
 }
 
 // A safetensors file assembled by hand (independent of write_safetensors_bf16).
@@ -218,7 +204,7 @@ TEST(ConfigJson, MissingFieldNamesFileAndPointer) {
   auto j = qwen3_0_6b_config_json();
   j.erase("hidden_size");
   write_text(dir.file("config.json"), j.dump());
-  std::string msg = input_error_message([&] { load_config_json(dir.file("config.json")); });
+  std::string msg = testing::input_error_of([&] { load_config_json(dir.file("config.json")); });
   EXPECT_NE(msg.find(dir.file("config.json")), std::string::npos) << msg;
   EXPECT_NE(msg.find("/hidden_size"), std::string::npos) << msg;
 }
@@ -228,12 +214,12 @@ TEST(ConfigJson, MistypedFieldNamesPointer) {
   auto j = qwen3_0_6b_config_json();
   j["num_hidden_layers"] = "28";
   write_text(dir.file("config.json"), j.dump());
-  std::string msg = input_error_message([&] { load_config_json(dir.file("config.json")); });
+  std::string msg = testing::input_error_of([&] { load_config_json(dir.file("config.json")); });
   EXPECT_NE(msg.find("/num_hidden_layers"), std::string::npos) << msg;
   j = qwen3_0_6b_config_json();
   j["tie_word_embeddings"] = 1;
   write_text(dir.file("config.json"), j.dump());
-  msg = input_error_message([&] { load_config_json(dir.file("config.json")); });
+  msg = testing::input_error_of([&] { load_config_json(dir.file("config.json")); });
   EXPECT_NE(msg.find("/tie_word_embeddings"), std::string::npos) << msg;
 }
 
@@ -242,7 +228,7 @@ TEST(ConfigJson, RejectsOtherModelTypes) {
   auto j = qwen3_0_6b_config_json();
   j["model_type"] = "llama";
   write_text(dir.file("config.json"), j.dump());
-  std::string msg = input_error_message([&] { load_config_json(dir.file("config.json")); });
+  std::string msg = testing::input_error_of([&] { load_config_json(dir.file("config.json")); });
   EXPECT_NE(msg.find("/model_type"), std::string::npos) << msg;
   EXPECT_NE(msg.find("qwen3"), std::string::npos) << msg;
   EXPECT_NE(msg.find("llama"), std::string::npos) << msg;
@@ -251,9 +237,9 @@ TEST(ConfigJson, RejectsOtherModelTypes) {
 TEST(ConfigJson, RejectsBadJsonAndMissingFile) {
   TempDir dir;
   write_text(dir.file("config.json"), "{\"model_type\": \"qwen3\",");
-  std::string msg = input_error_message([&] { load_config_json(dir.file("config.json")); });
+  std::string msg = testing::input_error_of([&] { load_config_json(dir.file("config.json")); });
   EXPECT_NE(msg.find(dir.file("config.json")), std::string::npos) << msg;
-  msg = input_error_message([&] { load_config_json(dir.file("absent.json")); });
+  msg = testing::input_error_of([&] { load_config_json(dir.file("absent.json")); });
   EXPECT_NE(msg.find("absent.json"), std::string::npos) << msg;
 }
 
@@ -327,7 +313,7 @@ TEST(SafetensorsErrors, TruncatedFileNamesFileAndTensor) {
   const std::string path = dir.file("t.safetensors");
   write_safetensors_bf16(path, {{"layer.weight", {10, 10}, &a}});
   fs::resize_file(path, fs::file_size(path) - 3);
-  std::string msg = input_error_message([&] { SafetensorsFile f(path); });
+  std::string msg = testing::input_error_of([&] { SafetensorsFile f(path); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("layer.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
@@ -340,16 +326,16 @@ TEST(SafetensorsErrors, BadHeaderLengthNamesFile) {
                                       std::string(2, '\0'));
   bytes[5] = '\x7f';  // header length now ~2^47
   write_text(path, bytes);
-  std::string msg = input_error_message([&] { SafetensorsFile f(path); });
+  std::string msg = testing::input_error_of([&] { SafetensorsFile f(path); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("header length"), std::string::npos) << msg;
 
   write_text(path, "abc");  // shorter than the length field itself
-  msg = input_error_message([&] { SafetensorsFile f(path); });
+  msg = testing::input_error_of([&] { SafetensorsFile f(path); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 
   write_text(path, raw_safetensors("{not json", ""));
-  msg = input_error_message([&] { SafetensorsFile f(path); });
+  msg = testing::input_error_of([&] { SafetensorsFile f(path); });
   EXPECT_NE(msg.find("JSON"), std::string::npos) << msg;
 }
 
@@ -359,7 +345,7 @@ TEST(SafetensorsErrors, InconsistentEntriesNameTheTensor) {
   auto expect_rejected = [&](const std::string& header, const std::string& data,
                              const std::string& tensor, const std::string& hint) {
     write_text(path, raw_safetensors(header, data));
-    std::string msg = input_error_message([&] { SafetensorsFile f(path); });
+    std::string msg = testing::input_error_of([&] { SafetensorsFile f(path); });
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
     EXPECT_NE(msg.find(tensor), std::string::npos) << msg;
     EXPECT_NE(msg.find(hint), std::string::npos) << msg;
@@ -388,13 +374,13 @@ TEST(SafetensorsErrors, ReadChecksPresenceShapeAndDtype) {
   write_text(path, raw_safetensors(header, std::string(32, '\0')));
   SafetensorsFile f(path);
   std::vector<bf16> out;
-  std::string msg = input_error_message([&] { f.read_bf16("absent.weight", {1}, out); });
+  std::string msg = testing::input_error_of([&] { f.read_bf16("absent.weight", {1}, out); });
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("absent.weight"), std::string::npos) << msg;
-  msg = input_error_message([&] { f.read_bf16("w", {3, 2}, out); });
+  msg = testing::input_error_of([&] { f.read_bf16("w", {3, 2}, out); });
   EXPECT_NE(msg.find("[2, 3]"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[3, 2]"), std::string::npos) << msg;
-  msg = input_error_message([&] { f.read_bf16("i", {1}, out); });
+  msg = testing::input_error_of([&] { f.read_bf16("i", {1}, out); });
   EXPECT_NE(msg.find("I64"), std::string::npos) << msg;
 }
 
@@ -613,7 +599,7 @@ TEST(WeightsCheckpoint, CorruptCheckpointsNameFileAndTensor) {
   // Truncated data section.
   save_checkpoint(w, dir.str());
   fs::resize_file(st, fs::file_size(st) - 10);
-  std::string msg = input_error_message([&] { load_checkpoint(dir.str()); });
+  std::string msg = testing::input_error_of([&] { load_checkpoint(dir.str()); });
   EXPECT_NE(msg.find(st), std::string::npos) << msg;
   EXPECT_NE(msg.find("tensor '"), std::string::npos) << msg;
 
@@ -624,7 +610,7 @@ TEST(WeightsCheckpoint, CorruptCheckpointsNameFileAndTensor) {
     f.seekp(6);
     f.put('\x01');
   }
-  msg = input_error_message([&] { load_checkpoint(dir.str()); });
+  msg = testing::input_error_of([&] { load_checkpoint(dir.str()); });
   EXPECT_NE(msg.find(st), std::string::npos) << msg;
   EXPECT_NE(msg.find("header length"), std::string::npos) << msg;
 
@@ -633,7 +619,7 @@ TEST(WeightsCheckpoint, CorruptCheckpointsNameFileAndTensor) {
   auto config = nlohmann::json::parse(read_bytes(dir.file("config.json")));
   config["intermediate_size"] = 40;
   write_text(dir.file("config.json"), config.dump());
-  msg = input_error_message([&] { load_checkpoint(dir.str()); });
+  msg = testing::input_error_of([&] { load_checkpoint(dir.str()); });
   EXPECT_NE(msg.find(st), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[40, 32]"), std::string::npos) << msg;
@@ -653,7 +639,7 @@ TEST(WeightsCheckpoint, CorruptCheckpointsNameFileAndTensor) {
     }
     write_safetensors_bf16(st, tensors);
   }
-  msg = input_error_message([&] { load_checkpoint(dir.str()); });
+  msg = testing::input_error_of([&] { load_checkpoint(dir.str()); });
   EXPECT_NE(msg.find(st), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.layers.1.self_attn.k_norm.weight"), std::string::npos) << msg;
   EXPECT_NE(msg.find("missing"), std::string::npos) << msg;
@@ -664,14 +650,14 @@ TEST(WeightsCheckpoint, CorruptCheckpointsNameFileAndTensor) {
   auto index = nlohmann::json::parse(read_bytes(dir.file("model.safetensors.index.json")));
   index["weight_map"].erase("model.norm.weight");
   write_text(dir.file("model.safetensors.index.json"), index.dump());
-  msg = input_error_message([&] { load_checkpoint(dir.str()); });
+  msg = testing::input_error_of([&] { load_checkpoint(dir.str()); });
   EXPECT_NE(msg.find("model.safetensors.index.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("model.norm.weight"), std::string::npos) << msg;
 
   // No weights at all.
   TempDir empty_dir;
   write_text(empty_dir.file("config.json"), config.dump());
-  msg = input_error_message([&] { load_checkpoint(empty_dir.str()); });
+  msg = testing::input_error_of([&] { load_checkpoint(empty_dir.str()); });
   EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
 }
 
