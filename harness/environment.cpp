@@ -14,6 +14,9 @@
 #ifndef BIH_VERSION
 #define BIH_VERSION "unknown"
 #endif
+#if __has_include("bih_commit.hpp")
+#include "bih_commit.hpp"  // generated at build time: BIH_GIT_COMMIT
+#endif
 #ifndef BIH_GIT_COMMIT
 #define BIH_GIT_COMMIT "unknown"
 #endif

@@ -107,6 +107,12 @@ std::string entry_html(const CellEntry& e) {
            (e.expect_met.value_or(false) ? ": met" : ": <strong>not met</strong>") + "</p>";
   }
   if (!e.reason.empty()) out += "<pre class=\"reason\">" + escape_html(e.reason) + "</pre>";
+  if (!e.localization.empty()) {
+    out +=
+        "<p><strong>Where the bits first moved</strong> (bih explain):</p><pre class=\"reason "
+        "localization\">" +
+        escape_html(e.localization) + "</pre>";
+  }
   if (!e.comparisons.empty()) {
     out += "<table class=\"comparisons\"><tr><th>comparison</th><th>result</th></tr>";
     for (const auto& c : e.comparisons) {

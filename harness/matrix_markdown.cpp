@@ -40,6 +40,9 @@ void details_section(const CellEntry& e, std::string& out) {
   }
   out += " · report " + code(e.report_path) + "\n\n";
   if (!e.reason.empty()) out += "Reason:\n\n```text\n" + e.reason + "\n```\n\n";
+  if (!e.localization.empty()) {
+    out += "Where the bits first moved (bih explain):\n\n```text\n" + e.localization + "\n```\n\n";
+  }
   for (const ComparisonView& c : e.comparisons) {
     out += "- **" + c.kind + "** " + escape_markdown(c.a) + " vs " + escape_markdown(c.b) + ": " +
            escape_markdown(c.summary) + "\n";

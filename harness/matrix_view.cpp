@@ -150,6 +150,7 @@ CellEntry entry_of(const json& report, const std::string& path) {
   e.verdict = report.at("verdict");
   e.report_path = path;
   if (report.contains("reason") && report.at("reason").is_string()) e.reason = report.at("reason");
+  if (report.contains("localization")) e.localization = report.at("localization").at("summary");
   if (report.contains("expect") && report.at("expect").is_string()) {
     e.expect = report.at("expect").get<std::string>();
   }

@@ -68,6 +68,7 @@ struct CellEntry {
   std::optional<std::string> expect;
   std::optional<bool> expect_met;
   std::string reason;
+  std::string localization;  // bih explain's summary: the first op whose bits moved
   std::string report_path;
   std::vector<ComparisonView> comparisons;
 };

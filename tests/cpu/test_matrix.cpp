@@ -463,3 +463,32 @@ TEST(MatrixEscaping, EachFormatEscapesItsSpecialCharacters) {
 
 }  // namespace
 }  // namespace bih
+
+namespace bih {
+namespace {
+
+TEST(MatrixLocalization, ExplainSummaryShowsInTheCellDetails) {
+  // The ring report with a localization section, as `bih run --set localize=true` writes it.
+  const auto dir = fs::temp_directory_path() / ("bih-matrix-loc-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  json report = fixture_report(kRingId);
+  const std::string summary =
+      "first divergence of prompt 0 token 0 (bs=1 vs bs=16): layer 0 attn_reduce <rs>";
+  report["localization"] = {{"comparison", "batch"}, {"a", "bs=1"},       {"b", "bs=16"},
+                            {"prompt", 0},           {"step", 0},         {"diverged", true},
+                            {"entries_compared", 9}, {"summary", summary}};
+  std::ofstream(dir / report_file_name(kRingId)) << report.dump(2);
+  const MatrixView view = build_matrix_view(load_report_set({dir.string()}), {});
+  const Located at = locate(view, kRingId);
+  ASSERT_NE(at.entry, nullptr);
+  EXPECT_EQ(at.entry->localization, summary);
+  EXPECT_NE(render_html(view).find("layer 0 attn_reduce &lt;rs&gt;"), std::string::npos);
+  EXPECT_NE(render_markdown(view).find(summary), std::string::npos);
+  const json rendered = render_json(view);
+  EXPECT_NE(rendered.dump().find("layer 0 attn_reduce <rs>"), std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace bih
