@@ -1,0 +1,486 @@
+// emulated_gpu.cpp: threads as ranks on one GPU (emulated_gpu.hpp).
+#include "models/cuda/emulated_gpu.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <random>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+
+#include "models/cuda/check.hpp"
+#include "models/cuda/emulated_gpu_kernels.hpp"
+
+namespace bih::cuda {
+
+static_assert(sizeof(bf16) == sizeof(uint16_t), "bf16 must be its 16 bits, as the kernel reads it");
+static_assert(detail::kMaxChainLength == kMaxRanks, "the kernel's chain must fit any group");
+
+namespace {
+
+const char* op_name(int op) {
+  static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  return kNames[op];
+}
+
+std::vector<int> resolve_ring_order(int size, std::vector<int> ring_order) {
+  if (size < 1 || size > kMaxRanks) {
+    throw std::invalid_argument("emulated GPU group: size " + std::to_string(size) +
+                                " is outside 1.." + std::to_string(kMaxRanks));
+  }
+  if (ring_order.empty()) {
+    ring_order.resize(size);
+    for (int r = 0; r < size; ++r) ring_order[r] = r;
+    return ring_order;
+  }
+  // Validated by the order model itself: a ring chain for owner 0 rejects non-permutations.
+  reduce_scatter_chain(ReduceOrder::ring, size, 0, RankSequences{.ring = ring_order});
+  return ring_order;
+}
+
+bool is_identity(const std::vector<int>& order) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] != static_cast<int>(i)) return false;
+  }
+  return true;
+}
+
+// Throws std::invalid_argument unless `p` is device (or managed) memory of `device`. A host
+// pointer would otherwise fault inside the kernel and poison the whole CUDA context.
+void check_device_pointer(const void* p, size_t count, int device, int rank, const char* what) {
+  if (count == 0) return;
+  cudaPointerAttributes attributes{};
+  const cudaError_t error = cudaPointerGetAttributes(&attributes, p);
+  if (error != cudaSuccess) cudaGetLastError();  // an invalid pointer is our error, not sticky
+  const bool on_device = error == cudaSuccess && (attributes.type == cudaMemoryTypeDevice ||
+                                                  attributes.type == cudaMemoryTypeManaged);
+  if (!on_device || attributes.device != device) {
+    throw std::invalid_argument(std::string("emulated GPU comm: rank ") + std::to_string(rank) +
+                                " passed " + what + " that is not device memory of GPU " +
+                                std::to_string(device));
+  }
+}
+
+const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
+uint16_t* bits_of(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
+
+// Launch arguments reading every rank's input, summing along `chain`.
+detail::ChainSumArgs chain_sum_args(ReduceOrder order, const std::vector<const bf16*>& inputs,
+                                    const std::vector<int>& chain) {
+  detail::ChainSumArgs args;
+  for (size_t r = 0; r < inputs.size(); ++r) args.inputs[r] = bits_of(inputs[r]);
+  std::copy(chain.begin(), chain.end(), args.chain);
+  args.chain_length = static_cast<int>(chain.size());
+  args.fp32_once = order == ReduceOrder::fixed;
+  return args;
+}
+
+}  // namespace
+
+// ---- EmulatedGpuRank ----------------------------------------------------------------------------
+
+EmulatedGpuRank::EmulatedGpuRank(EmulatedGpuGroup* group, int rank) : group_(group), rank_(rank) {
+  try {
+    cudaCheck(cudaSetDevice(group->device_));
+    // Non-blocking: the legacy default stream must not silently order the ranks' streams.
+    cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&read_done_, cudaEventDisableTiming));
+  } catch (...) {
+    release();  // a throwing constructor runs no destructor
+    throw;
+  }
+}
+
+EmulatedGpuRank::~EmulatedGpuRank() { release(); }
+
+void EmulatedGpuRank::release() noexcept {
+  // No throwing here: this runs in a destructor, maybe while an exception unwinds.
+  cudaSetDevice(group_->device_);
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    if (scratch_ != nullptr) cudaFreeAsync(scratch_, stream_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  if (input_ready_ != nullptr) cudaEventDestroy(input_ready_);
+  if (read_done_ != nullptr) cudaEventDestroy(read_done_);
+  stream_ = nullptr;
+  input_ready_ = read_done_ = nullptr;
+  scratch_ = nullptr;
+  scratch_capacity_ = 0;
+  cudaGetLastError();
+}
+
+int EmulatedGpuRank::size() const { return group_->size_; }
+
+void EmulatedGpuRank::all_reduce(bf16* data, size_t count) {
+  group_->all_reduce(rank_, data, count);
+}
+
+void EmulatedGpuRank::reduce_scatter(const bf16* in, bf16* out, size_t count) {
+  group_->reduce_scatter(rank_, in, out, count);
+}
+
+void EmulatedGpuRank::all_gather(const bf16* in, bf16* out, size_t count) {
+  group_->all_gather(rank_, in, out, count);
+}
+
+void EmulatedGpuRank::abort(const std::string& why) {
+  group_->abort("rank " + std::to_string(rank_) + " aborted the group: " + why);
+}
+
+std::string EmulatedGpuRank::describe() const { return group_->describe(); }
+
+void EmulatedGpuRank::synchronize() const {
+  cudaCheck(cudaSetDevice(group_->device_));
+  cudaCheck(cudaStreamSynchronize(stream_));
+}
+
+void EmulatedGpuRank::reserve_scratch(size_t count) {
+  if (count <= scratch_capacity_) return;
+  // Stream-ordered: the old scratch is released only after this stream's earlier copies out of it.
+  const size_t capacity = std::max(count, 2 * scratch_capacity_);
+  if (scratch_ != nullptr) cudaCheck(cudaFreeAsync(scratch_, stream_));
+  scratch_ = nullptr;
+  scratch_capacity_ = 0;
+  void* p = nullptr;
+  cudaCheck(cudaMallocAsync(&p, capacity * sizeof(bf16), stream_));
+  scratch_ = static_cast<bf16*>(p);
+  scratch_capacity_ = capacity;
+}
+
+// ---- EmulatedGpuGroup ---------------------------------------------------------------------------
+
+EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vector<int> ring_order,
+                                   int device, std::chrono::milliseconds watchdog)
+    : size_(size),
+      orders_(orders),
+      ring_order_(resolve_ring_order(size, std::move(ring_order))),
+      ring_is_identity_(is_identity(ring_order_)),
+      device_(device),
+      watchdog_(watchdog),
+      arrived_(size, 0),
+      posted_(size),
+      inputs_(size, nullptr),
+      arrival_order_(size, 0) {
+  ranks_.reserve(size);
+  for (int r = 0; r < size; ++r) {
+    ranks_.push_back(std::unique_ptr<EmulatedGpuRank>(new EmulatedGpuRank(this, r)));
+  }
+}
+
+EmulatedGpuGroup::~EmulatedGpuGroup() = default;
+
+EmulatedGpuRank& EmulatedGpuGroup::rank(int r) {
+  if (r < 0 || r >= size_) {
+    throw std::out_of_range("emulated GPU group: rank " + std::to_string(r) + " is outside 0.." +
+                            std::to_string(size_ - 1));
+  }
+  return *ranks_[r];
+}
+
+std::string EmulatedGpuGroup::describe() const {
+  std::string s = "emulated(ar=" + to_string(orders_.all_reduce) +
+                  ",rs=" + to_string(orders_.reduce_scatter) +
+                  ",ag=" + to_string(orders_.all_gather);
+  if (!ring_is_identity_) {
+    s += ",ring=";
+    for (int i = 0; i < size_; ++i) {
+      if (i > 0) s += '-';
+      s += std::to_string(ring_order_[i]);
+    }
+  }
+  return s + ")";
+}
+
+void EmulatedGpuGroup::abort(const std::string& why) {
+  {
+    std::lock_guard lock(mutex_);
+    abort_locked(why);
+  }
+  wake_.notify_all();
+}
+
+bool EmulatedGpuGroup::aborted() const {
+  std::lock_guard lock(mutex_);
+  return aborted_;
+}
+
+void EmulatedGpuGroup::abort_locked(const std::string& why) {
+  if (aborted_) return;
+  aborted_ = true;
+  abort_reason_ = why;
+}
+
+void EmulatedGpuGroup::sleep_before_arrival() const {
+  // A few random microseconds, as on the CPU: otherwise threads tend to arrive in one fixed order,
+  // and `arrival` is meant to model a timing-dependent order.
+  thread_local std::minstd_rand engine{std::random_device{}()};
+  std::uniform_int_distribution<int> micros(0, 20);
+  std::this_thread::sleep_for(std::chrono::microseconds(micros(engine)));
+}
+
+std::string EmulatedGpuGroup::describe_call(const Posted& posted, uint64_t call) const {
+  return std::string(op_name(static_cast<int>(posted.op))) + " (call " + std::to_string(call) +
+         ", count " + std::to_string(posted.count) + ")";
+}
+
+void EmulatedGpuGroup::arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int rank,
+                                              uint64_t call, const char* phase) {
+  arrived_[rank] = 1;
+  if (++arrived_count_ == size_) {
+    arrived_count_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), 0);
+    ++generation_;
+    lock.unlock();
+    wake_.notify_all();
+    lock.lock();
+    return;
+  }
+  const uint64_t generation = generation_;
+  const auto released = [&] { return generation_ != generation || aborted_; };
+  if (watchdog_.count() == 0) {
+    wake_.wait(lock, released);
+  } else if (!wake_.wait_for(lock, watchdog_, released)) {
+    std::string missing;
+    for (int r = 0; r < size_; ++r) {
+      if (arrived_[r]) continue;
+      if (!missing.empty()) missing += ", ";
+      missing += std::to_string(r);
+    }
+    abort_locked("emulated GPU comm watchdog: rank " + std::to_string(rank) + " waited over " +
+                 std::to_string(watchdog_.count()) + " ms " + phase + " " +
+                 describe_call(posted_[rank], call) + "; ranks that never arrived: " + missing);
+    lock.unlock();
+    wake_.notify_all();
+    lock.lock();
+  }
+  if (aborted_) throw CommAborted(abort_reason_);
+}
+
+std::string EmulatedGpuGroup::complete_publish_locked() {
+  const Posted& first = posted_[0];
+  for (int r = 1; r < size_; ++r) {
+    if (posted_[r].op != first.op || posted_[r].count != first.count) {
+      return "emulated GPU comm: ranks disagree on collective call " + std::to_string(next_call_) +
+             ": rank 0 called " + describe_call(first, next_call_) + ", rank " + std::to_string(r) +
+             " called " + describe_call(posted_[r], next_call_);
+    }
+  }
+  current_call_ = next_call_++;
+  return {};
+}
+
+template <class Work>
+void EmulatedGpuGroup::run_or_abort(int rank, const char* what, Work&& work) {
+  try {
+    work();
+  } catch (const std::exception& e) {
+    abort("rank " + std::to_string(rank) + " failed inside " + what + ": " + e.what());
+    throw;
+  }
+}
+
+uint64_t EmulatedGpuGroup::publish_and_wait(int rank, const Posted& posted) {
+  std::unique_lock lock(mutex_);
+  if (aborted_) throw CommAborted(abort_reason_);
+  const uint64_t call = next_call_;  // the call in progress until the last arrival completes it
+  posted_[rank] = posted;
+  inputs_[rank] = posted.in;
+  arrival_order_[arrived_count_] = rank;
+  if (arrived_count_ + 1 == size_) {
+    // The last arrival validates before releasing anyone, so nobody launches on a bad call.
+    std::string error = complete_publish_locked();
+    if (!error.empty()) {
+      abort_locked(error);
+      lock.unlock();
+      wake_.notify_all();
+      throw CommAborted(error);
+    }
+  }
+  arrive_and_wait_locked(lock, rank, call, "at the start of");
+  return current_call_;
+}
+
+void EmulatedGpuGroup::finish_and_wait(int rank, uint64_t call) {
+  std::unique_lock lock(mutex_);
+  if (aborted_) throw CommAborted(abort_reason_);
+  arrive_and_wait_locked(lock, rank, call, "at the end of");
+}
+
+void EmulatedGpuGroup::wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which) {
+  cudaStream_t stream = ranks_[rank]->stream_;
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank) cudaCheck(cudaStreamWaitEvent(stream, ranks_[q].get()->*which, 0));
+  }
+}
+
+void EmulatedGpuGroup::single_rank_copy(const bf16* in, bf16* out, size_t count) {
+  {
+    std::lock_guard lock(mutex_);
+    if (aborted_) throw CommAborted(abort_reason_);
+  }
+  EmulatedGpuRank& me = *ranks_[0];
+  me.last_arrival_order_ = {0};
+  if (count == 0 || in == out) return;
+  cudaCheck(cudaSetDevice(device_));
+  check_device_pointer(in, count, device_, 0, "an input");
+  check_device_pointer(out, count, device_, 0, "an output");
+  cudaCheck(cudaMemcpyAsync(out, in, count * sizeof(bf16), cudaMemcpyDeviceToDevice, me.stream_));
+}
+
+void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
+  if (size_ == 1) return single_rank_copy(data, data, count);
+  EmulatedGpuRank& me = *ranks_[rank];
+  run_or_abort(rank, "all_reduce", [&] {
+    cudaCheck(cudaSetDevice(device_));
+    check_device_pointer(data, count, device_, rank, "all_reduce data");
+    me.reserve_scratch(count);
+    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
+  });
+  if (orders_.all_reduce == ReduceOrder::arrival) sleep_before_arrival();
+  const uint64_t call = publish_and_wait(rank, Posted{Op::all_reduce, data, count});
+  run_or_abort(rank, "all_reduce", [&] {
+    me.last_arrival_order_ = arrival_order_;
+    wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
+    if (count == 0) return;
+    const RankSequences sequences{.ring = ring_order_, .arrival = arrival_order_};
+    // The chain is constant over a ring chunk (ring) or over the whole message (other orders):
+    // one launch per such segment, with the chain the pure model gives its first element.
+    const size_t segment =
+        orders_.all_reduce == ReduceOrder::ring ? ring_chunk_size(count, size_) : count;
+    for (size_t begin = 0; begin < count; begin += segment) {
+      const std::vector<int> chain =
+          all_reduce_chain(orders_.all_reduce, size_, count, begin, sequences);
+      detail::ChainSumArgs args = chain_sum_args(orders_.all_reduce, inputs_, chain);
+      args.input_offset = begin;
+      args.count = std::min(segment, count - begin);
+      args.out = bits_of(me.scratch_ + begin);
+      detail::launch_chain_sum(args, me.stream_);
+    }
+    cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
+  });
+  finish_and_wait(rank, call);
+  run_or_abort(rank, "all_reduce", [&] {
+    // `data` is every peer's input too: overwrite it only after all of them have read it.
+    wait_for_peers(rank, &EmulatedGpuRank::read_done_);
+    if (count == 0) return;
+    cudaCheck(cudaMemcpyAsync(data, me.scratch_, count * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                              me.stream_));
+  });
+}
+
+void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_t count) {
+  if (size_ == 1) return single_rank_copy(in, out, count);
+  EmulatedGpuRank& me = *ranks_[rank];
+  run_or_abort(rank, "reduce_scatter", [&] {
+    cudaCheck(cudaSetDevice(device_));
+    check_device_pointer(in, count * size_, device_, rank, "a reduce_scatter input");
+    check_device_pointer(out, count, device_, rank, "a reduce_scatter output");
+    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
+  });
+  if (orders_.reduce_scatter == ReduceOrder::arrival) sleep_before_arrival();
+  const uint64_t call = publish_and_wait(rank, Posted{Op::reduce_scatter, in, count});
+  run_or_abort(rank, "reduce_scatter", [&] {
+    me.last_arrival_order_ = arrival_order_;
+    wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
+    const std::vector<int> chain =
+        reduce_scatter_chain(orders_.reduce_scatter, size_, rank,
+                             RankSequences{.ring = ring_order_, .arrival = arrival_order_});
+    detail::ChainSumArgs args = chain_sum_args(orders_.reduce_scatter, inputs_, chain);
+    // Only this rank reads block `rank` of the inputs, and each element is read before it is
+    // written, so out may be in + rank*count (in place).
+    args.input_offset = static_cast<size_t>(rank) * count;
+    args.count = count;
+    args.out = bits_of(out);
+    detail::launch_chain_sum(args, me.stream_);
+    cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
+  });
+  finish_and_wait(rank, call);
+  // Peers' later work on their streams may overwrite their inputs only after this rank read them,
+  // and vice versa.
+  run_or_abort(rank, "reduce_scatter", [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
+}
+
+void EmulatedGpuGroup::all_gather(int rank, const bf16* in, bf16* out, size_t count) {
+  if (size_ == 1) return single_rank_copy(in, out, count);
+  EmulatedGpuRank& me = *ranks_[rank];
+  run_or_abort(rank, "all_gather", [&] {
+    cudaCheck(cudaSetDevice(device_));
+    check_device_pointer(in, count, device_, rank, "an all_gather input");
+    check_device_pointer(out, count * size_, device_, rank, "an all_gather output");
+    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
+  });
+  const uint64_t call = publish_and_wait(rank, Posted{Op::all_gather, in, count});
+  run_or_abort(rank, "all_gather", [&] {
+    me.last_arrival_order_ = arrival_order_;
+    wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
+    for (int q = 0; q < size_ && count > 0; ++q) {
+      bf16* block = out + static_cast<size_t>(q) * count;
+      // In place (in == out + rank*count) the own block is already there.
+      if (inputs_[q] == block) continue;
+      cudaCheck(cudaMemcpyAsync(block, inputs_[q], count * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                                me.stream_));
+    }
+    cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
+  });
+  finish_and_wait(rank, call);
+  run_or_abort(rank, "all_gather", [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
+}
+
+}  // namespace bih::cuda
+
+namespace bih::cuda {
+
+// ---- DeviceBf16Buffer ---------------------------------------------------------------------------
+
+DeviceBf16Buffer::DeviceBf16Buffer(size_t count, int device) : count_(count), device_(device) {
+  cudaCheck(cudaSetDevice(device));
+  void* p = nullptr;
+  cudaCheck(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(bf16)));
+  data_ = static_cast<bf16*>(p);
+}
+
+DeviceBf16Buffer::~DeviceBf16Buffer() {
+  if (data_ == nullptr) return;
+  cudaSetDevice(device_);
+  cudaFree(data_);
+  cudaGetLastError();
+}
+
+DeviceBf16Buffer::DeviceBf16Buffer(DeviceBf16Buffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      count_(std::exchange(other.count_, 0)),
+      device_(other.device_) {}
+
+void DeviceBf16Buffer::upload(std::span<const bf16> host, CUstream_st* stream, size_t offset) {
+  if (offset > count_ || host.size() > count_ - offset) {
+    throw std::out_of_range("DeviceBf16Buffer: upload of " + std::to_string(host.size()) +
+                            " elements at " + std::to_string(offset) + " exceeds " +
+                            std::to_string(count_));
+  }
+  if (host.empty()) return;
+  cudaCheck(cudaSetDevice(device_));
+  cudaCheck(cudaMemcpyAsync(data_ + offset, host.data(), host.size_bytes(), cudaMemcpyHostToDevice,
+                            stream));
+}
+
+std::vector<bf16> DeviceBf16Buffer::download(CUstream_st* stream, size_t offset,
+                                             size_t count) const {
+  if (offset > count_ || count > count_ - offset) {
+    throw std::out_of_range("DeviceBf16Buffer: download of " + std::to_string(count) +
+                            " elements at " + std::to_string(offset) + " exceeds " +
+                            std::to_string(count_));
+  }
+  std::vector<bf16> host(count);
+  if (count == 0) return host;
+  cudaCheck(cudaSetDevice(device_));
+  cudaCheck(cudaMemcpyAsync(host.data(), data_ + offset, count * sizeof(bf16),
+                            cudaMemcpyDeviceToHost, stream));
+  cudaCheck(cudaStreamSynchronize(stream));
+  return host;
+}
+
+}  // namespace bih::cuda

@@ -1,0 +1,202 @@
+// emulated_gpu.hpp: a tensor-parallel group whose ranks are threads sharing one GPU.
+//
+// The GPU twin of models/comm/emulated.hpp: same order models, same bits. EmulatedGpuGroup owns
+// one Communicator per rank; its pointers are DEVICE pointers on the group's GPU, and every rank
+// has its own CUDA stream (non-blocking), as a real rank has its own GPU. Rank r's thread calls
+// rank(r)'s collectives; they return once the work is enqueued on rank r's stream, ordered after
+// everything enqueued there before (so a rank's kernels and collectives simply follow each other
+// on its stream), and later work on that stream sees the result.
+//
+// A collective is, per rank: record "my input is ready" on my stream; host barrier 1 (where the
+// arrival order is recorded); make my stream wait for every peer's "input ready"; launch the sum
+// (or the copies) that reads every rank's buffer and writes my output; record "I have read";
+// host barrier 2; make my stream wait for every peer's "I have read", so that nothing later on my
+// stream overwrites a buffer a peer still reads. all_reduce sums into a per-rank scratch and
+// copies it into `data` after that second wait, since `data` is also every peer's input.
+//
+// The host picks each element's chain with the pure functions of reduce_order.hpp; the device
+// only adds (emulated_gpu_kernels.hpp). Results are bitwise the CPU EmulatedGroup's for every
+// non-NaN result; a NaN result is NaN on both, but its payload may differ (the host's x86 and the
+// GPU propagate NaN payloads differently).
+//
+// abort(why) wakes every rank waiting at a barrier with CommAborted(why); later calls throw too.
+// An optional watchdog aborts a collective that waits too long, naming the missing ranks.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/comm/communicator.hpp"
+#include "models/comm/reduce_order.hpp"
+
+// cudaStream_t and cudaEvent_t are pointers to these; declared here to keep CUDA headers out.
+struct CUstream_st;
+struct CUevent_st;
+
+namespace bih::cuda {
+
+class EmulatedGpuGroup;
+
+// Rank r's communicator: use from rank r's thread only. Pointers are device pointers on the
+// group's GPU (std::invalid_argument otherwise, and the group aborts so peers do not hang).
+class EmulatedGpuRank final : public Communicator {
+ public:
+  ~EmulatedGpuRank() override;  // waits for the stream, then frees its stream, events, scratch
+  EmulatedGpuRank(const EmulatedGpuRank&) = delete;
+  EmulatedGpuRank& operator=(const EmulatedGpuRank&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override;
+  void all_reduce(bf16* data, size_t count) override;
+  void reduce_scatter(const bf16* in, bf16* out, size_t count) override;
+  void all_gather(const bf16* in, bf16* out, size_t count) override;
+  void abort(const std::string& why) override;
+  std::string describe() const override;
+
+  // This rank's stream (a cudaStream_t): enqueue the rank's own kernels here.
+  CUstream_st* stream() const { return stream_; }
+  // Blocks until everything enqueued on this rank's stream is done.
+  void synchronize() const;
+  // The order in which the ranks reached barrier 1 of this rank's latest collective: the chain
+  // `arrival` summed along. Empty before the first collective; {0} for a group of one.
+  const std::vector<int>& last_arrival_order() const { return last_arrival_order_; }
+
+ private:
+  friend class EmulatedGpuGroup;
+  EmulatedGpuRank(EmulatedGpuGroup* group, int rank);  // creates the stream and events
+  void release() noexcept;                             // waits for the stream, frees what exists
+  // Makes the all_reduce scratch hold at least `count` elements (stream-ordered reallocation).
+  void reserve_scratch(size_t count);
+
+  EmulatedGpuGroup* group_;
+  int rank_;
+  CUstream_st* stream_ = nullptr;
+  CUevent_st* input_ready_ = nullptr;  // recorded before barrier 1
+  CUevent_st* read_done_ = nullptr;    // recorded once this rank's reads of its peers are enqueued
+  bf16* scratch_ = nullptr;  // [scratch_capacity_] device: all_reduce result before the copy
+  size_t scratch_capacity_ = 0;
+  std::vector<int> last_arrival_order_;
+};
+
+class EmulatedGpuGroup {
+ public:
+  // size: ranks (1..kMaxRanks). ring_order: ring position -> rank, empty for 0..size-1.
+  // device: the CUDA device all ranks share. watchdog: longest a rank may wait at a barrier
+  // before the group aborts; zero waits forever. Throws std::invalid_argument for a bad size or
+  // ring order, std::runtime_error when CUDA fails (no such device).
+  EmulatedGpuGroup(int size, CollectiveOrders orders, std::vector<int> ring_order = {},
+                   int device = 0,
+                   std::chrono::milliseconds watchdog = std::chrono::milliseconds::zero());
+  ~EmulatedGpuGroup();  // waits for every rank's stream, then frees streams, events and scratch
+  EmulatedGpuGroup(const EmulatedGpuGroup&) = delete;
+  EmulatedGpuGroup& operator=(const EmulatedGpuGroup&) = delete;
+
+  EmulatedGpuRank& rank(int r);
+  int size() const { return size_; }
+  int device() const { return device_; }
+  const CollectiveOrders& orders() const { return orders_; }
+  const std::vector<int>& ring_order() const { return ring_order_; }  // always size() entries
+
+  // Aborts the group: waiting ranks wake with CommAborted(why); later collectives throw it too.
+  // The first reason wins. Safe from any thread. Work already enqueued on streams still runs.
+  void abort(const std::string& why);
+  bool aborted() const;
+
+  // "emulated(ar=tree,rs=ring,ag=ring)", plus ",ring=0-2-1-3" when the ring is not 0..size-1:
+  // the CPU EmulatedGroup's words, since the order models (and the bits) are the same.
+  std::string describe() const;
+
+ private:
+  friend class EmulatedGpuRank;
+  enum class Op { all_reduce, reduce_scatter, all_gather };
+  // What a rank brings to barrier 1: all ranks must agree on op and count.
+  struct Posted {
+    Op op = Op::all_reduce;
+    const bf16* in = nullptr;
+    size_t count = 0;
+  };
+
+  void all_reduce(int rank, bf16* data, size_t count);
+  void reduce_scatter(int rank, const bf16* in, bf16* out, size_t count);
+  void all_gather(int rank, const bf16* in, bf16* out, size_t count);
+  // A group of one: checks for abort, then copies in -> out on the rank's stream if they differ.
+  void single_rank_copy(const bf16* in, bf16* out, size_t count);
+
+  // Barrier 1: publish `posted`, record the arrival, wait for all. Returns the call's index.
+  uint64_t publish_and_wait(int rank, const Posted& posted);
+  // Barrier 2: wait until every rank has enqueued its reads of call `call` (and recorded them).
+  void finish_and_wait(int rank, uint64_t call);
+  void arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int rank, uint64_t call,
+                              const char* phase);
+  std::string complete_publish_locked();
+  void abort_locked(const std::string& why);
+  void sleep_before_arrival() const;
+  // Runs a rank's own step; if it throws, aborts the group first (so that peers waiting at a
+  // barrier wake instead of hanging), then rethrows.
+  template <class Work>
+  void run_or_abort(int rank, const char* what, Work&& work);
+  std::string describe_call(const Posted& posted, uint64_t call) const;
+
+  // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_).
+  void wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which);
+
+  const int size_;
+  const CollectiveOrders orders_;
+  const std::vector<int> ring_order_;
+  const bool ring_is_identity_;
+  const int device_;
+  const std::chrono::milliseconds watchdog_;
+  std::vector<std::unique_ptr<EmulatedGpuRank>> ranks_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  uint64_t generation_ = 0;  // a barrier wait ends when this moves on (or the group aborts)
+  int arrived_count_ = 0;
+  std::vector<char> arrived_;  // [size]: who is already waiting at the current barrier
+  bool aborted_ = false;
+  std::string abort_reason_;
+
+  // Written under the mutex at barrier 1, read between the barriers without it (the barriers
+  // order those accesses).
+  uint64_t next_call_ = 0;
+  uint64_t current_call_ = 0;
+  std::vector<Posted> posted_;       // [size]
+  std::vector<const bf16*> inputs_;  // [size] device pointers: posted_[r].in
+  std::vector<int> arrival_order_;   // [size]: arrival position -> rank, for this call
+};
+
+// A bf16 buffer in device memory, for callers without CUDA headers (tests, the harness).
+// Copies are ordered on the stream they are given (a rank's stream, or nullptr for the calling
+// thread's default stream); download waits for that stream and returns the values.
+class DeviceBf16Buffer {
+ public:
+  explicit DeviceBf16Buffer(size_t count, int device = 0);  // uninitialized [count]
+  ~DeviceBf16Buffer();
+  DeviceBf16Buffer(DeviceBf16Buffer&& other) noexcept;
+  DeviceBf16Buffer& operator=(DeviceBf16Buffer&&) = delete;
+  DeviceBf16Buffer(const DeviceBf16Buffer&) = delete;
+  DeviceBf16Buffer& operator=(const DeviceBf16Buffer&) = delete;
+
+  bf16* data() { return data_; }
+  const bf16* data() const { return data_; }
+  size_t size() const { return count_; }
+
+  // host -> elements [offset, offset + host.size()); std::out_of_range past the end.
+  void upload(std::span<const bf16> host, CUstream_st* stream, size_t offset = 0);
+  // elements [offset, offset + count) -> host, after everything earlier on `stream`.
+  std::vector<bf16> download(CUstream_st* stream, size_t offset, size_t count) const;
+  std::vector<bf16> download(CUstream_st* stream) const { return download(stream, 0, count_); }
+
+ private:
+  bf16* data_ = nullptr;  // [count_] device
+  size_t count_ = 0;
+  int device_ = 0;
+};
+
+}  // namespace bih::cuda

@@ -1,0 +1,35 @@
+// emulated_gpu_kernels.hpp: the one device kernel of the emulated GPU communicator.
+//
+// Internal to emulated_gpu.cpp and emulated_gpu.cu (plain C++17, as nvcc compiles .cu files). The
+// host decides every summation order with the pure models of models/comm/reduce_order.hpp and
+// hands the device a finished chain; the device only does the arithmetic, the same arithmetic as
+// the host (IEEE fp32 round-to-nearest adds, bf16 round-to-nearest-even after every hop, or one
+// rounding for `fixed`), so the bits agree.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace bih::cuda::detail {
+
+// Largest chain the kernel takes; equals bih::kMaxRanks (checked in emulated_gpu.cpp).
+inline constexpr int kMaxChainLength = 64;
+
+// out[i] = sum over j in [0, chain_length) of inputs[chain[j]][input_offset + i], i in [0, count).
+// Passed by value as the kernel's parameter block (about 0.8 KB).
+struct ChainSumArgs {
+  const uint16_t* inputs[kMaxChainLength] = {};  // [ranks] device pointers, bf16 bit patterns
+  int chain[kMaxChainLength] = {};               // [chain_length] ranks, chain[0] enters first
+  int chain_length = 0;
+  bool fp32_once = false;  // `fixed`: fp32 accumulation, rounded to bf16 once at the end
+  size_t input_offset = 0;
+  size_t count = 0;
+  uint16_t* out = nullptr;  // [count] device; may be inputs[r] + input_offset for any r
+};
+
+// Enqueues the sum on `stream`; throws std::runtime_error (file:line) if the launch fails.
+void launch_chain_sum(const ChainSumArgs& args, cudaStream_t stream);
+
+}  // namespace bih::cuda::detail
