@@ -250,7 +250,8 @@ struct RunningSoftmax {
     const float scale_total = exp_f(sub(max, new_max));
     const float scale_part = exp_f(sub(part_max, new_max));
     sum = add(mul(sum, scale_total), mul(part_sum, scale_part));
-    for (int j = 0; j < kDims; ++j) acc[j] = add(mul(acc[j], scale_total), mul(part_acc[j], scale_part));
+    for (int j = 0; j < kDims; ++j)
+      acc[j] = add(mul(acc[j], scale_total), mul(part_acc[j], scale_part));
     max = new_max;
   }
 };
@@ -271,9 +272,13 @@ __global__ void attention_kernel(const u16* q, const u16* pool_k, const u16* poo
   const int h = blockIdx.x % n_heads;
   const int t = threadIdx.x;
   const int context = batch.context_lens[row];
-  const KeyView keys{pool_k, pool_v,       batch.block_tables + static_cast<size_t>(row) *
-                                                                     batch.block_table_stride,
-                     block_size, num_kv_heads, head_dim, h / group};
+  const KeyView keys{pool_k,
+                     pool_v,
+                     batch.block_tables + static_cast<size_t>(row) * batch.block_table_stride,
+                     block_size,
+                     num_kv_heads,
+                     head_dim,
+                     h / group};
   const u16* q_head = q + static_cast<size_t>(blockIdx.x) * head_dim;
   for (int d = t; d < head_dim; d += blockDim.x) q_s[d] = widen(q_head[d]);
   __syncthreads();
@@ -404,7 +409,8 @@ __global__ void greedy_sample_kernel(const u16* logits, int V, int32_t* tokens, 
 
   float best_value = -INFINITY;
   int best_id = -1;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) keep_better(best_value, best_id, widen(row[j]), j);
+  for (int j = threadIdx.x; j < V; j += blockDim.x)
+    keep_better(best_value, best_id, widen(row[j]), j);
   for (int offset = 16; offset > 0; offset >>= 1) {
     const float other_value = __shfl_xor_sync(0xffffffffu, best_value, offset);
     const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
@@ -517,23 +523,22 @@ void add_rms_norm(bf16* residual, const bf16* x, const bf16* w, bf16* y, int M, 
                   Stream stream) {
   require(M >= 0 && H > 0, "add_rms_norm: need M >= 0 and H > 0");
   if (M == 0) return;
-  add_rms_norm_kernel<<<M, kNormThreads, 0, stream>>>(bits(residual), bits(x), bits(w), bits(y),
-                                                      H, eps);
+  add_rms_norm_kernel<<<M, kNormThreads, 0, stream>>>(bits(residual), bits(x), bits(w), bits(y), H,
+                                                      eps);
   check_launch();
 }
 
 void head_norm_rope(bf16* x, const bf16* w, const int32_t* positions, int M, int n_heads,
                     int head_dim, float eps, const DeviceRopeTable& rope, Stream stream) {
-  require(rope.head_dim() == head_dim,
-          "head_norm_rope: RoPE table built for head_dim " + std::to_string(rope.head_dim()) +
-              ", tensor has " + std::to_string(head_dim));
+  require(rope.head_dim() == head_dim, "head_norm_rope: RoPE table built for head_dim " +
+                                           std::to_string(rope.head_dim()) + ", tensor has " +
+                                           std::to_string(head_dim));
   require(head_dim > 0 && head_dim <= kMaxHeadDim && M >= 0 && n_heads > 0,
           "head_norm_rope: need 0 < head_dim <= " + std::to_string(kMaxHeadDim) +
               ", M >= 0, n_heads > 0; got head_dim " + std::to_string(head_dim));
   if (M == 0) return;
-  head_norm_rope_kernel<<<M, kHeadThreads, 0, stream>>>(bits(x), bits(w), positions, n_heads,
-                                                        head_dim, eps, rope.cos(), rope.sin(),
-                                                        rope.max_pos());
+  head_norm_rope_kernel<<<M, kHeadThreads, 0, stream>>>(
+      bits(x), bits(w), positions, n_heads, head_dim, eps, rope.cos(), rope.sin(), rope.max_pos());
   check_launch();
 }
 
@@ -569,8 +574,8 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            const AttentionBatch& batch, int M, int n_heads, int vendor_splits,
                            bf16* out, Stream stream) {
   require(kv.num_kv_heads > 0 && n_heads > 0 && n_heads % kv.num_kv_heads == 0,
-          "attention: n_heads " + std::to_string(n_heads) +
-              " is not a multiple of num_kv_heads " + std::to_string(kv.num_kv_heads));
+          "attention: n_heads " + std::to_string(n_heads) + " is not a multiple of num_kv_heads " +
+              std::to_string(kv.num_kv_heads));
   require(kv.head_dim > 0 && kv.head_dim <= kMaxHeadDim,
           "attention: head_dim " + std::to_string(kv.head_dim) + " outside (0, " +
               std::to_string(kMaxHeadDim) + "]");
@@ -582,9 +587,8 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
   const float scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));  // as on the CPU
   const int64_t blocks = int64_t{M} * n_heads;
   attention_kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, 0, stream>>>(
-      bits(q), bits(kv.k), bits(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim, batch,
-      n_heads, n_heads / kv.num_kv_heads, scale, family == KernelFamily::vendor, vendor_splits,
-      bits(out));
+      bits(q), bits(kv.k), bits(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim, batch, n_heads,
+      n_heads / kv.num_kv_heads, scale, family == KernelFamily::vendor, vendor_splits, bits(out));
   check_launch();
 }
 

@@ -7,8 +7,8 @@
 #include "models/cuda/device_info.hpp"
 
 // Use as the first statement of a GPU test body.
-#define BIH_SKIP_WITHOUT_CUDA_DEVICE()                 \
-  if (::bih::cuda::device_count() == 0) {              \
-    GTEST_SKIP() << "no CUDA device";                  \
-  }                                                    \
+#define BIH_SKIP_WITHOUT_CUDA_DEVICE()    \
+  if (::bih::cuda::device_count() == 0) { \
+    GTEST_SKIP() << "no CUDA device";     \
+  }                                       \
   static_assert(true, "require a semicolon after the macro")
