@@ -682,18 +682,33 @@ TEST(CudaKernels, GreedySampleAgreesWithCpuAndBreaksTiesToTheLowestId) {
     EXPECT_EQ(gpu.tokens[2], 7);
     EXPECT_EQ(gpu.tokens[3], 9);
     EXPECT_EQ(gpu.tokens, cpu_tokens) << "V=" << V;
-    double max_delta = 0.0;
+    // The CPU sums exp in one sequential fp32 chain; over 151936 terms that chain itself is off by
+    // ~2e-4 (measured on the H200 run), more than the GPU's block tree. So the GPU is held to the
+    // exact value (a double-precision log-softmax) within 1e-5, and to the CPU within 1e-5 plus
+    // the CPU's own distance from the exact value.
+    double max_gpu_cpu = 0.0, max_gpu_exact = 0.0, max_cpu_exact = 0.0;
     size_t equal = 0;
     for (int m = 0; m < M; ++m) {
-      const double delta = std::fabs(static_cast<double>(gpu.logprobs[m]) - cpu_logprobs[m]);
-      max_delta = std::max(max_delta, delta);
+      const bf16* row = logits.data() + static_cast<size_t>(m) * V;
+      double max_logit = -std::numeric_limits<double>::infinity();
+      for (int j = 0; j < V; ++j) max_logit = std::max<double>(max_logit, bih::to_float(row[j]));
+      double sum_exp = 0.0;
+      for (int j = 0; j < V; ++j) sum_exp += std::exp(bih::to_float(row[j]) - max_logit);
+      const double exact = bih::to_float(row[cpu_tokens[m]]) - (max_logit + std::log(sum_exp));
+      const double gpu_exact = std::fabs(gpu.logprobs[m] - exact);
+      const double cpu_exact = std::fabs(cpu_logprobs[m] - exact);
+      const double gpu_cpu = std::fabs(static_cast<double>(gpu.logprobs[m]) - cpu_logprobs[m]);
+      max_gpu_cpu = std::max(max_gpu_cpu, gpu_cpu);
+      max_gpu_exact = std::max(max_gpu_exact, gpu_exact);
+      max_cpu_exact = std::max(max_cpu_exact, cpu_exact);
       equal += float_bits(gpu.logprobs[m]) == float_bits(cpu_logprobs[m]);
-      EXPECT_LE(delta, 1e-5) << "V=" << V << " row " << m;
+      EXPECT_LE(gpu_exact, 1e-5) << "V=" << V << " row " << m;
+      EXPECT_LE(gpu_cpu, cpu_exact + 1e-5) << "V=" << V << " row " << m;
     }
     std::printf(
-        "[measured] greedy_sample V=%d vs CPU: %zu/%d logprobs bitwise equal, max |delta| "
-        "%.3g\n",
-        V, equal, M, max_delta);
+        "[measured] greedy_sample V=%d: %zu/%d logprobs bitwise equal to the CPU; max |gpu-cpu| "
+        "%.3g, max |gpu-exact| %.3g, max |cpu-exact| %.3g\n",
+        V, equal, M, max_gpu_cpu, max_gpu_exact, max_cpu_exact);
   }
 }
 
