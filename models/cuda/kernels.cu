@@ -1,0 +1,604 @@
+// kernels.cu: the CUDA backend's non-GEMM kernels (see kernels.hpp for the contract).
+//
+// Numerics mirror models/cpu/kernels.cpp and attention.cpp operation for operation:
+// - every float op is an explicitly rounded intrinsic (__fmul_rn, __fadd_rn, ...), which nvcc never
+//   contracts into an FMA, so bits do not depend on compiler flags and match the CPU build
+//   (-ffp-contract=off) wherever the reduction order is the same;
+// - exp and log are evaluated in double and rounded once to float: correctly rounded in all but
+//   vanishingly rare cases, as glibc's expf/logf are, so the CPU's values come out;
+// - bf16 rounding is the host's bit recipe (round to nearest even, quiet NaN).
+// Reduction orders: attention, head norm and RoPE follow the CPU's order exactly; rms_norm and the
+// sampler's sum of exp use a fixed block tree (depends on H or V only), so they agree with the CPU
+// within rounding, not bitwise.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "models/cuda/check.hpp"
+#include "models/cuda/kernels.hpp"
+
+namespace bih::cuda {
+namespace {
+
+using u16 = uint16_t;
+
+constexpr u16 kBf16QuietNan = 0x7fc0;
+
+// ---- scalar helpers: one IEEE rounding each, never fused -------------------------------------
+__device__ __forceinline__ float widen(u16 bits) { return __uint_as_float(uint32_t{bits} << 16); }
+
+__device__ __forceinline__ u16 narrow(float f) {
+  const uint32_t u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+    return static_cast<u16>((u >> 16) | 0x0040u);  // quiet NaN, sign kept
+  }
+  const uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<u16>((u + rounding_bias) >> 16);
+}
+
+__device__ __forceinline__ float round_bf16(float f) { return widen(narrow(f)); }
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ float divide(float a, float b) { return __fdiv_rn(a, b); }
+// std::max(a, b) exactly (b only when a < b).
+__device__ __forceinline__ float max_of(float a, float b) { return a < b ? b : a; }
+__device__ __forceinline__ float exp_f(float x) {
+  return static_cast<float>(exp(static_cast<double>(x)));
+}
+__device__ __forceinline__ float log_f(float x) {
+  return static_cast<float>(log(static_cast<double>(x)));
+}
+
+// 1 / sqrt(sum_sq / n + eps), the CPU's inverse_rms after its sum.
+__device__ __forceinline__ float inverse_rms_from_sum(float sum_sq, int n, float eps) {
+  const float variance = divide(sum_sq, static_cast<float>(n));
+  return divide(1.0f, __fsqrt_rn(add(variance, eps)));
+}
+
+// Sum over the block: a fixed xor butterfly in each warp, then the warp sums in warp order. The
+// tree depends on blockDim.x only. warp_sums: shared [blockDim.x / 32]. Every thread gets the sum.
+__device__ float block_sum(float value, float* warp_sums) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = add(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
+  __syncthreads();
+  float total = warp_sums[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) total = add(total, warp_sums[w]);
+  __syncthreads();  // warp_sums may be reused by the caller
+  return total;
+}
+
+void check_launch() { cudaCheck(cudaGetLastError()); }
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument(what);
+}
+
+// ---- norms ----------------------------------------------------------------------------------
+// grid [M], block [kNormThreads]. x, y: [M, H]; w: [H].
+__global__ void rms_norm_kernel(const u16* x, const u16* w, u16* y, int H, float eps) {
+  __shared__ float warp_sums[kNormThreads / 32];
+  const u16* xr = x + static_cast<size_t>(blockIdx.x) * H;
+  u16* yr = y + static_cast<size_t>(blockIdx.x) * H;
+  float sum_sq = 0.0f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const float v = widen(xr[i]);
+    sum_sq = add(sum_sq, mul(v, v));
+  }
+  const float inv_rms = inverse_rms_from_sum(block_sum(sum_sq, warp_sums), H, eps);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    yr[i] = narrow(mul(round_bf16(mul(widen(xr[i]), inv_rms)), widen(w[i])));
+  }
+}
+
+// grid [M], block [kNormThreads]. residual, x, y: [M, H]; w: [H]. Each thread reads back only the
+// residual elements it wrote itself, so no barrier is needed between the add and the norm.
+__global__ void add_rms_norm_kernel(u16* residual, const u16* x, const u16* w, u16* y, int H,
+                                    float eps) {
+  __shared__ float warp_sums[kNormThreads / 32];
+  u16* rr = residual + static_cast<size_t>(blockIdx.x) * H;
+  const u16* xr = x + static_cast<size_t>(blockIdx.x) * H;
+  u16* yr = y + static_cast<size_t>(blockIdx.x) * H;
+  float sum_sq = 0.0f;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    const u16 r = narrow(add(widen(rr[i]), widen(xr[i])));
+    rr[i] = r;
+    const float v = widen(r);
+    sum_sq = add(sum_sq, mul(v, v));
+  }
+  const float inv_rms = inverse_rms_from_sum(block_sum(sum_sq, warp_sums), H, eps);
+  for (int i = threadIdx.x; i < H; i += blockDim.x) {
+    yr[i] = narrow(mul(round_bf16(mul(widen(rr[i]), inv_rms)), widen(w[i])));
+  }
+}
+
+// ---- head norm + RoPE -------------------------------------------------------------------------
+constexpr int kHeadThreads = 128;  // 4 warps, one head per warp at a time
+
+// grid [M], block [kHeadThreads]. x: [M, n_heads, head_dim] in place; w: [head_dim];
+// positions: [M]; cos_table, sin_table: [max_pos, head_dim/2].
+__global__ void head_norm_rope_kernel(u16* x, const u16* w, const int32_t* positions, int n_heads,
+                                      int head_dim, float eps, const float* cos_table,
+                                      const float* sin_table, int max_pos) {
+  const int row = blockIdx.x;
+  u16* xr = x + static_cast<size_t>(row) * n_heads * head_dim;
+  const int pos = positions[row];
+  if (pos < 0 || pos >= max_pos) {  // the host should have caught it: make it loud downstream
+    for (int i = threadIdx.x; i < n_heads * head_dim; i += blockDim.x) xr[i] = kBf16QuietNan;
+    return;
+  }
+  const int half = head_dim / 2;
+  const float* cos_row = cos_table + static_cast<size_t>(pos) * half;
+  const float* sin_row = sin_table + static_cast<size_t>(pos) * half;
+  const int lane = threadIdx.x % 32;
+  for (int h = threadIdx.x / 32; h < n_heads; h += blockDim.x / 32) {
+    u16* head = xr + static_cast<size_t>(h) * head_dim;
+    // Every lane sums all of head_dim in index order (the CPU's order; broadcast loads).
+    float sum_sq = 0.0f;
+    for (int d = 0; d < head_dim; ++d) {
+      const float v = widen(head[d]);
+      sum_sq = add(sum_sq, mul(v, v));
+    }
+    const float inv_rms = inverse_rms_from_sum(sum_sq, head_dim, eps);
+    __syncwarp();  // all lanes have read the head before any lane overwrites it
+    for (int i = lane; i < half; i += 32) {
+      const float x1 = round_bf16(mul(round_bf16(mul(widen(head[i]), inv_rms)), widen(w[i])));
+      const float x2 =
+          round_bf16(mul(round_bf16(mul(widen(head[i + half]), inv_rms)), widen(w[i + half])));
+      head[i] = narrow(sub(mul(x1, cos_row[i]), mul(x2, sin_row[i])));
+      head[i + half] = narrow(add(mul(x2, cos_row[i]), mul(x1, sin_row[i])));
+    }
+  }
+}
+
+// ---- elementwise ------------------------------------------------------------------------------
+constexpr int kElementThreads = 256;
+
+// grid-stride over M*I. gate_up: [M, 2I]; y: [M, I].
+__global__ void silu_mul_kernel(const u16* gate_up, u16* y, int64_t M, int64_t I) {
+  const int64_t total = M * I;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
+       e += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t m = e / I;
+    const int64_t i = e - m * I;
+    const float g = widen(gate_up[m * 2 * I + i]);
+    const float silu = round_bf16(divide(g, add(1.0f, exp_f(-g))));
+    y[e] = narrow(mul(silu, widen(gate_up[m * 2 * I + I + i])));
+  }
+}
+
+// grid [M], block [kElementThreads]. table: [vocab, H]; ids: [M]; y: [M, H].
+__global__ void embedding_kernel(const u16* table, int vocab, const int32_t* ids, u16* y, int H) {
+  const int id = ids[blockIdx.x];
+  u16* yr = y + static_cast<size_t>(blockIdx.x) * H;
+  const bool valid = id >= 0 && id < vocab;
+  const u16* src = table + static_cast<size_t>(valid ? id : 0) * H;
+  for (int i = threadIdx.x; i < H; i += blockDim.x) yr[i] = valid ? src[i] : kBf16QuietNan;
+}
+
+// grid [M], block [kElementThreads]. k, v: [M, row]; pool_k, pool_v: [num_slots, row].
+__global__ void write_kv_kernel(u16* pool_k, u16* pool_v, int64_t num_slots, const u16* k,
+                                const u16* v, const int64_t* slots, int row) {
+  const int64_t slot = slots[blockIdx.x];
+  if (slot < 0 || slot >= num_slots) return;
+  const size_t src = static_cast<size_t>(blockIdx.x) * row;
+  const size_t dst = static_cast<size_t>(slot) * row;
+  for (int i = threadIdx.x; i < row; i += blockDim.x) {
+    pool_k[dst + i] = k[src + i];
+    pool_v[dst + i] = v[src + i];
+  }
+}
+
+// ---- attention --------------------------------------------------------------------------------
+constexpr int kAttentionThreads = 128;
+constexpr int kDimsPerThread = kMaxHeadDim / kAttentionThreads;  // head dims one thread owns
+constexpr int kDimsPerLane = kMaxHeadDim / 32;                   // head dims one lane owns
+constexpr int kMaxVendorSplits = 16;
+// Keys scored at once by the invariant path: one per thread, a whole number of aligned tiles.
+constexpr int kKeysPerPass = kAttentionThreads;
+static_assert(kKeysPerPass % kAttentionTile == 0, "a pass must hold whole tiles");
+constexpr int kTilesPerPass = kKeysPerPass / kAttentionTile;
+
+// Addresses one KV head of one sequence by absolute position through its block table.
+struct KeyView {
+  const u16* k;
+  const u16* v;
+  const int32_t* block_table;
+  int block_size;
+  int num_kv_heads;
+  int head_dim;
+  int kv_head;
+
+  __device__ size_t offset(int pos) const {
+    const int64_t slot =
+        static_cast<int64_t>(block_table[pos / block_size]) * block_size + pos % block_size;
+    return (static_cast<size_t>(slot) * num_kv_heads + kv_head) * head_dim;
+  }
+  // q . k in index order over head_dim, fp32, times the softmax scale (the CPU's score()).
+  __device__ float score(const float* q, int pos, float scale) const {
+    const u16* key = k + offset(pos);
+    float dot = 0.0f;
+    for (int d = 0; d < head_dim; ++d) dot = add(dot, mul(q[d], widen(key[d])));
+    return mul(dot, scale);
+  }
+};
+
+// The running softmax state of one thread's head dims: the CPU's SoftmaxPartial and combine().
+// max and sum are held redundantly (identically) by every thread.
+template <int kDims>
+struct RunningSoftmax {
+  bool empty = true;
+  float max = -INFINITY;
+  float sum = 0.0f;
+  float acc[kDims] = {};
+
+  // Folds a later partial in; the first partial is taken as it is.
+  __device__ void fold(float part_max, float part_sum, const float* part_acc) {
+    if (empty) {
+      empty = false;
+      max = part_max;
+      sum = part_sum;
+      for (int j = 0; j < kDims; ++j) acc[j] = part_acc[j];
+      return;
+    }
+    const float new_max = max_of(max, part_max);
+    const float scale_total = exp_f(sub(max, new_max));
+    const float scale_part = exp_f(sub(part_max, new_max));
+    sum = add(mul(sum, scale_total), mul(part_sum, scale_part));
+    for (int j = 0; j < kDims; ++j)
+      acc[j] = add(mul(acc[j], scale_total), mul(part_acc[j], scale_part));
+    max = new_max;
+  }
+};
+
+// grid [M * n_heads], block [kAttentionThreads]. q: [M, n_heads, head_dim]; out: same shape.
+__global__ void attention_kernel(const u16* q, const u16* pool_k, const u16* pool_v, int block_size,
+                                 int num_kv_heads, int head_dim, AttentionBatch batch, int n_heads,
+                                 int group, float scale, bool vendor, int vendor_splits, u16* out) {
+  __shared__ float q_s[kMaxHeadDim];
+  __shared__ float scores[kKeysPerPass];
+  __shared__ float weights[kKeysPerPass];
+  __shared__ float tile_max[kTilesPerPass];
+  __shared__ float part_max[kMaxVendorSplits];
+  __shared__ float part_sum[kMaxVendorSplits];
+  __shared__ float part_acc[kMaxVendorSplits][kMaxHeadDim];
+
+  const int row = blockIdx.x / n_heads;
+  const int h = blockIdx.x % n_heads;
+  const int t = threadIdx.x;
+  const int context = batch.context_lens[row];
+  const KeyView keys{pool_k,
+                     pool_v,
+                     batch.block_tables + static_cast<size_t>(row) * batch.block_table_stride,
+                     block_size,
+                     num_kv_heads,
+                     head_dim,
+                     h / group};
+  const u16* q_head = q + static_cast<size_t>(blockIdx.x) * head_dim;
+  for (int d = t; d < head_dim; d += blockDim.x) q_s[d] = widen(q_head[d]);
+  __syncthreads();
+
+  RunningSoftmax<kDimsPerThread> total;
+  if (vendor && batch.decode[row] != 0) {
+    // Flash-decoding: `splits` contiguous parts, each reduced key by key by one warp, in parallel.
+    const int chunk = (context + vendor_splits - 1) / vendor_splits;
+    const int parts = context > 0 ? (context + chunk - 1) / chunk : 0;
+    const int lane = t % 32;
+    for (int part = t / 32; part < parts; part += blockDim.x / 32) {
+      const int begin = part * chunk;
+      const int end = min(context, begin + chunk);
+      bool empty = true;
+      float max = -INFINITY;
+      float sum = 0.0f;
+      float acc[kDimsPerLane] = {};
+      for (int batch_begin = begin; batch_begin < end; batch_begin += 32) {
+        // 32 keys scored at once (one per lane, each in the CPU's order), then folded in order.
+        const int count = min(32, end - batch_begin);
+        const float my_score = lane < count ? keys.score(q_s, batch_begin + lane, scale) : 0.0f;
+        for (int j = 0; j < count; ++j) {
+          const float s = __shfl_sync(0xffffffffu, my_score, j);
+          const u16* value = keys.v + keys.offset(batch_begin + j);
+          if (empty) {
+            empty = false;
+            max = s;
+            sum = 1.0f;
+            for (int i = 0; i < kDimsPerLane; ++i) {
+              const int d = lane + 32 * i;
+              if (d < head_dim) acc[i] = widen(value[d]);
+            }
+            continue;
+          }
+          const float new_max = max_of(max, s);
+          const float rescale = exp_f(sub(max, new_max));
+          const float weight = exp_f(sub(s, new_max));
+          sum = add(mul(sum, rescale), weight);
+          for (int i = 0; i < kDimsPerLane; ++i) {
+            const int d = lane + 32 * i;
+            if (d < head_dim) acc[i] = add(mul(acc[i], rescale), mul(weight, widen(value[d])));
+          }
+          max = new_max;
+        }
+      }
+      if (lane == 0) {
+        part_max[part] = max;
+        part_sum[part] = sum;
+      }
+      for (int i = 0; i < kDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < head_dim) part_acc[part][d] = acc[i];
+      }
+    }
+    __syncthreads();
+    for (int part = 0; part < parts; ++part) {
+      float mine[kDimsPerThread];
+      for (int j = 0; j < kDimsPerThread; ++j) {
+        const int d = t + j * kAttentionThreads;
+        mine[j] = d < head_dim ? part_acc[part][d] : 0.0f;
+      }
+      total.fold(part_max[part], part_sum[part], mine);
+    }
+  } else {
+    // Invariant: tiles of kAttentionTile absolute positions, kTilesPerPass tiles scored per pass.
+    for (int pass_begin = 0; pass_begin < context; pass_begin += kKeysPerPass) {
+      const int pass_keys = min(kKeysPerPass, context - pass_begin);
+      if (t < pass_keys) scores[t] = keys.score(q_s, pass_begin + t, scale);
+      __syncthreads();
+      if (t < pass_keys) {
+        // This key's tile max (every key of a tile computes the same value), then its weight.
+        const int tile_begin = t - t % kAttentionTile;
+        const int tile_end = min(pass_keys, tile_begin + kAttentionTile);
+        float m = -INFINITY;
+        for (int p = tile_begin; p < tile_end; ++p) m = max_of(m, scores[p]);
+        if (t == tile_begin) tile_max[t / kAttentionTile] = m;
+        weights[t] = exp_f(sub(scores[t], m));
+      }
+      __syncthreads();
+      const int tiles = (pass_keys + kAttentionTile - 1) / kAttentionTile;
+      for (int tile = 0; tile < tiles; ++tile) {
+        const int tile_begin = tile * kAttentionTile;
+        const int tile_end = min(pass_keys, tile_begin + kAttentionTile);
+        float tile_sum = 0.0f;
+        for (int p = tile_begin; p < tile_end; ++p) tile_sum = add(tile_sum, weights[p]);
+        float tile_acc[kDimsPerThread];
+        for (int j = 0; j < kDimsPerThread; ++j) {
+          const int d = t + j * kAttentionThreads;
+          float a = 0.0f;
+          if (d < head_dim) {
+            for (int p = tile_begin; p < tile_end; ++p) {
+              a = add(a, mul(weights[p], widen(keys.v[keys.offset(pass_begin + p) + d])));
+            }
+          }
+          tile_acc[j] = a;
+        }
+        total.fold(tile_max[tile], tile_sum, tile_acc);
+      }
+      __syncthreads();  // scores and weights are rewritten by the next pass
+    }
+  }
+
+  u16* out_head = out + static_cast<size_t>(blockIdx.x) * head_dim;
+  for (int j = 0; j < kDimsPerThread; ++j) {
+    const int d = t + j * kAttentionThreads;
+    if (d < head_dim) out_head[d] = total.empty ? u16{0} : narrow(divide(total.acc[j], total.sum));
+  }
+}
+
+// ---- sampling ---------------------------------------------------------------------------------
+// (value, id) with the greedy order: the larger value wins, a tie goes to the lower id; id < 0 is
+// "no candidate yet". The order is total, so any reduction tree gives the same winner.
+__device__ __forceinline__ void keep_better(float& value, int& id, float other_value,
+                                            int other_id) {
+  if (other_id < 0) return;
+  if (id < 0 || other_value > value || (other_value == value && other_id < id)) {
+    value = other_value;
+    id = other_id;
+  }
+}
+
+// grid [M], block [kSampleThreads]. logits: [M, V]; tokens, logprobs: [M].
+__global__ void greedy_sample_kernel(const u16* logits, int V, int32_t* tokens, float* logprobs) {
+  __shared__ float warp_values[kSampleThreads / 32];
+  __shared__ int warp_ids[kSampleThreads / 32];
+  __shared__ float warp_sums[kSampleThreads / 32];
+  const u16* row = logits + static_cast<size_t>(blockIdx.x) * V;
+
+  float best_value = -INFINITY;
+  int best_id = -1;
+  for (int j = threadIdx.x; j < V; j += blockDim.x)
+    keep_better(best_value, best_id, widen(row[j]), j);
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other_value = __shfl_xor_sync(0xffffffffu, best_value, offset);
+    const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
+    keep_better(best_value, best_id, other_value, other_id);
+  }
+  if (threadIdx.x % 32 == 0) {
+    warp_values[threadIdx.x / 32] = best_value;
+    warp_ids[threadIdx.x / 32] = best_id;
+  }
+  __syncthreads();
+  best_value = warp_values[0];
+  best_id = warp_ids[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) {
+    keep_better(best_value, best_id, warp_values[w], warp_ids[w]);
+  }
+
+  float sum_exp = 0.0f;
+  for (int j = threadIdx.x; j < V; j += blockDim.x) {
+    sum_exp = add(sum_exp, exp_f(sub(widen(row[j]), best_value)));
+  }
+  sum_exp = block_sum(sum_exp, warp_sums);
+  if (threadIdx.x == 0) {
+    tokens[blockIdx.x] = best_id;
+    logprobs[blockIdx.x] = sub(widen(row[best_id]), add(best_value, log_f(sum_exp)));
+  }
+}
+
+const u16* bits(const bf16* p) { return reinterpret_cast<const u16*>(p); }
+u16* bits(bf16* p) { return reinterpret_cast<u16*>(p); }
+
+}  // namespace
+
+// ---- device memory ----------------------------------------------------------------------------
+void* device_alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* ptr = nullptr;
+  cudaCheck(cudaMalloc(&ptr, bytes));
+  return ptr;
+}
+
+void device_free(void* ptr) noexcept {
+  if (ptr != nullptr) cudaFree(ptr);
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream));
+}
+
+void copy_device(void* dst, const void* src, size_t bytes, Stream stream) {
+  if (bytes == 0) return;
+  cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+void synchronize(Stream stream) { cudaCheck(cudaStreamSynchronize(stream)); }
+
+// ---- RoPE table -------------------------------------------------------------------------------
+DeviceRopeTable::DeviceRopeTable(const float* host_cos, const float* host_sin, int head_dim,
+                                 int max_pos)
+    : head_dim_(head_dim), max_pos_(max_pos) {
+  require(head_dim > 0 && head_dim % 2 == 0 && max_pos >= 0,
+          "DeviceRopeTable: need an even head_dim > 0 and max_pos >= 0; got head_dim " +
+              std::to_string(head_dim) + ", max_pos " + std::to_string(max_pos));
+  const size_t bytes = sizeof(float) * static_cast<size_t>(max_pos) * (head_dim / 2);
+  cos_ = static_cast<float*>(device_alloc(bytes));
+  sin_ = static_cast<float*>(device_alloc(bytes));
+  if (bytes > 0) {
+    cudaCheck(cudaMemcpy(cos_, host_cos, bytes, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(sin_, host_sin, bytes, cudaMemcpyHostToDevice));
+  }
+}
+
+DeviceRopeTable::~DeviceRopeTable() {
+  device_free(cos_);
+  device_free(sin_);
+}
+
+DeviceRopeTable::DeviceRopeTable(DeviceRopeTable&& other) noexcept
+    : cos_(std::exchange(other.cos_, nullptr)),
+      sin_(std::exchange(other.sin_, nullptr)),
+      head_dim_(std::exchange(other.head_dim_, 0)),
+      max_pos_(std::exchange(other.max_pos_, 0)) {}
+
+DeviceRopeTable& DeviceRopeTable::operator=(DeviceRopeTable&& other) noexcept {
+  if (this != &other) {
+    device_free(cos_);
+    device_free(sin_);
+    cos_ = std::exchange(other.cos_, nullptr);
+    sin_ = std::exchange(other.sin_, nullptr);
+    head_dim_ = std::exchange(other.head_dim_, 0);
+    max_pos_ = std::exchange(other.max_pos_, 0);
+  }
+  return *this;
+}
+
+// ---- launchers --------------------------------------------------------------------------------
+void rms_norm(const bf16* x, const bf16* w, bf16* y, int M, int H, float eps, Stream stream) {
+  require(M >= 0 && H > 0, "rms_norm: need M >= 0 and H > 0");
+  if (M == 0) return;
+  rms_norm_kernel<<<M, kNormThreads, 0, stream>>>(bits(x), bits(w), bits(y), H, eps);
+  check_launch();
+}
+
+void add_rms_norm(bf16* residual, const bf16* x, const bf16* w, bf16* y, int M, int H, float eps,
+                  Stream stream) {
+  require(M >= 0 && H > 0, "add_rms_norm: need M >= 0 and H > 0");
+  if (M == 0) return;
+  add_rms_norm_kernel<<<M, kNormThreads, 0, stream>>>(bits(residual), bits(x), bits(w), bits(y), H,
+                                                      eps);
+  check_launch();
+}
+
+void head_norm_rope(bf16* x, const bf16* w, const int32_t* positions, int M, int n_heads,
+                    int head_dim, float eps, const DeviceRopeTable& rope, Stream stream) {
+  require(rope.head_dim() == head_dim, "head_norm_rope: RoPE table built for head_dim " +
+                                           std::to_string(rope.head_dim()) + ", tensor has " +
+                                           std::to_string(head_dim));
+  require(head_dim > 0 && head_dim <= kMaxHeadDim && M >= 0 && n_heads > 0,
+          "head_norm_rope: need 0 < head_dim <= " + std::to_string(kMaxHeadDim) +
+              ", M >= 0, n_heads > 0; got head_dim " + std::to_string(head_dim));
+  if (M == 0) return;
+  head_norm_rope_kernel<<<M, kHeadThreads, 0, stream>>>(
+      bits(x), bits(w), positions, n_heads, head_dim, eps, rope.cos(), rope.sin(), rope.max_pos());
+  check_launch();
+}
+
+void silu_mul(const bf16* gate_up, bf16* y, int M, int I, Stream stream) {
+  require(M >= 0 && I > 0, "silu_mul: need M >= 0 and I > 0");
+  if (M == 0) return;
+  const int64_t total = int64_t{M} * I;
+  const int64_t blocks = std::min<int64_t>((total + kElementThreads - 1) / kElementThreads, 65536);
+  silu_mul_kernel<<<static_cast<unsigned>(blocks), kElementThreads, 0, stream>>>(bits(gate_up),
+                                                                                 bits(y), M, I);
+  check_launch();
+}
+
+void embedding(const bf16* table, int vocab, const int32_t* ids, bf16* y, int M, int H,
+               Stream stream) {
+  require(M >= 0 && H > 0 && vocab > 0, "embedding: need M >= 0, H > 0 and vocab > 0");
+  if (M == 0) return;
+  embedding_kernel<<<M, kElementThreads, 0, stream>>>(bits(table), vocab, ids, bits(y), H);
+  check_launch();
+}
+
+void write_kv(const KvPool& kv, const bf16* k, const bf16* v, const int64_t* slots, int M,
+              Stream stream) {
+  require(M >= 0, "write_kv: need M >= 0");
+  if (M == 0) return;
+  const int64_t num_slots = int64_t{kv.num_blocks} * kv.block_size;
+  write_kv_kernel<<<M, kElementThreads, 0, stream>>>(bits(kv.k), bits(kv.v), num_slots, bits(k),
+                                                     bits(v), slots, kv.num_kv_heads * kv.head_dim);
+  check_launch();
+}
+
+void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
+                           const AttentionBatch& batch, int M, int n_heads, int vendor_splits,
+                           bf16* out, Stream stream) {
+  require(kv.num_kv_heads > 0 && n_heads > 0 && n_heads % kv.num_kv_heads == 0,
+          "attention: n_heads " + std::to_string(n_heads) + " is not a multiple of num_kv_heads " +
+              std::to_string(kv.num_kv_heads));
+  require(kv.head_dim > 0 && kv.head_dim <= kMaxHeadDim,
+          "attention: head_dim " + std::to_string(kv.head_dim) + " outside (0, " +
+              std::to_string(kMaxHeadDim) + "]");
+  require(vendor_splits >= 1 && vendor_splits <= kMaxVendorSplits,
+          "attention: vendor_splits " + std::to_string(vendor_splits) + " outside [1, " +
+              std::to_string(kMaxVendorSplits) + "]");
+  require(M >= 0 && kv.block_size > 0, "attention: need M >= 0 and block_size > 0");
+  if (M == 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));  // as on the CPU
+  const int64_t blocks = int64_t{M} * n_heads;
+  attention_kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, 0, stream>>>(
+      bits(q), bits(kv.k), bits(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim, batch, n_heads,
+      n_heads / kv.num_kv_heads, scale, family == KernelFamily::vendor, vendor_splits, bits(out));
+  check_launch();
+}
+
+void greedy_sample(const bf16* logits, int M, int V, int32_t* tokens, float* logprobs,
+                   Stream stream) {
+  require(V > 0, "greedy_sample: empty vocabulary row");
+  require(M >= 0, "greedy_sample: need M >= 0");
+  if (M == 0) return;
+  greedy_sample_kernel<<<M, kSampleThreads, 0, stream>>>(bits(logits), V, tokens, logprobs);
+  check_launch();
+}
+
+}  // namespace bih::cuda
