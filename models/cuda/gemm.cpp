@@ -1,0 +1,352 @@
+// gemm.cpp: CudaGemm, the cuBLASLt side of the CUDA GEMM (see gemm.hpp for the families).
+//
+// Row-major to column-major: cuBLASLt is column-major, so the row-major y[M, N] = x · w^T is
+// computed as the column-major y^T[N, M] = w[N, K] · x^T[K, M]. In cuBLASLt's terms A = w stored
+// as a column-major [K, N] matrix (ld K) used transposed, B = x stored as a column-major [K, M]
+// matrix (ld K), D = y stored as a column-major [N, M] matrix (ld N). M is the column count of B
+// and D, so a change of M only changes how many column tiles there are, never a tile's K loop.
+#include "models/cuda/gemm.hpp"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include "models/cuda/check.hpp"
+#include "models/cuda/gemm_tiled.hpp"
+
+namespace bih::cuda {
+namespace {
+
+// How many candidates the heuristic may offer for the pinned algorithm.
+constexpr int kCandidates = 16;
+// Every cuBLASLt path needs ld*2 bytes and base pointers at least 16-byte aligned (TMA loads).
+constexpr uint32_t kInvariantAlignment = 16;
+
+// One matmul problem's descriptors, in stack storage (no allocation per call).
+struct Problem {
+  cublasLtMatmulDescOpaque_t desc_storage;
+  cublasLtMatrixLayoutOpaque_t a_storage;  // w as column-major [K, N], ld K, used transposed
+  cublasLtMatrixLayoutOpaque_t b_storage;  // x as column-major [K, M], ld K
+  cublasLtMatrixLayoutOpaque_t d_storage;  // y as column-major [N, M], ld N (also C; beta = 0)
+
+  Problem(int M, int N, int K) {
+    cublasCheck(cublasLtMatmulDescInit(desc(), CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transpose = CUBLAS_OP_T;
+    const cublasOperation_t plain = CUBLAS_OP_N;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc(), CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                               sizeof(transpose)));
+    cublasCheck(
+        cublasLtMatmulDescSetAttribute(desc(), CUBLASLT_MATMUL_DESC_TRANSB, &plain, sizeof(plain)));
+    cublasCheck(cublasLtMatrixLayoutInit(a(), CUDA_R_16BF, K, N, K));
+    cublasCheck(cublasLtMatrixLayoutInit(b(), CUDA_R_16BF, K, M, K));
+    cublasCheck(cublasLtMatrixLayoutInit(d(), CUDA_R_16BF, N, M, N));
+  }
+  Problem(const Problem&) = delete;
+  Problem& operator=(const Problem&) = delete;
+
+  // Only M changes between the checks of one pinned algorithm: B's and D's column count.
+  void set_m(int M) {
+    const uint64_t cols = static_cast<uint64_t>(M);
+    cublasCheck(
+        cublasLtMatrixLayoutSetAttribute(b(), CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+    cublasCheck(
+        cublasLtMatrixLayoutSetAttribute(d(), CUBLASLT_MATRIX_LAYOUT_COLS, &cols, sizeof(cols)));
+  }
+
+  cublasLtMatmulDesc_t desc() { return &desc_storage; }
+  cublasLtMatrixLayout_t a() { return &a_storage; }
+  cublasLtMatrixLayout_t b() { return &b_storage; }
+  cublasLtMatrixLayout_t d() { return &d_storage; }
+};
+
+template <class T>
+T algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  T value{};
+  size_t written = 0;
+  cublasCheck(cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, sizeof(value), &written));
+  return value;
+}
+
+uint32_t algo_min_alignment(const cublasLtMatmulAlgo_t& algo) {
+  uint32_t most = 0;
+  for (auto attr :
+       {CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES}) {
+    uint32_t value = 0;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, &value, sizeof(value), &written) ==
+        CUBLAS_STATUS_SUCCESS) {
+      most = std::max(most, value);
+    }
+  }
+  return most;
+}
+
+GemmAlgoConfig describe_algo(const cublasLtMatmulAlgo_t& algo, size_t workspace, int chosen_at_m) {
+  GemmAlgoConfig c;
+  c.cublaslt = true;
+  c.algo_id = algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_ID);
+  c.tile_id = algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  c.stages_id = algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  c.splitk_num = algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  c.reduction_scheme = algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  c.cta_swizzling = algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+  c.custom_option = algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+  c.inner_shape_id = algo_config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID);
+  c.cluster_shape_id = algo_config<uint16_t>(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
+  c.workspace_bytes = workspace;
+  c.min_alignment_bytes = algo_min_alignment(algo);
+  c.chosen_at_m = chosen_at_m;
+  return c;
+}
+
+// The largest power of two up to 256 that divides the address (what the pointer can promise).
+uint32_t pointer_alignment(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                    uint32_t value) {
+  cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+}
+
+}  // namespace
+
+std::string GemmAlgoConfig::describe() const {
+  std::ostringstream s;
+  if (!cublaslt) {
+    s << "own tiled kernel (" << reason << ")";
+    return s.str();
+  }
+  s << "cublasLt algo " << algo_id << " tile " << tile_id << " stages " << stages_id << " splitK "
+    << splitk_num << " reduction " << reduction_scheme << " swizzle " << cta_swizzling << " custom "
+    << custom_option << " inner " << inner_shape_id << " cluster " << cluster_shape_id
+    << " workspace " << workspace_bytes << " align " << min_alignment_bytes
+    << " chosen at M=" << chosen_at_m;
+  if (validated_max_m > 0) s << " valid M=1.." << validated_max_m;
+  return s.str();
+}
+
+struct CudaGemm::Impl {
+  struct Pinned {
+    GemmAlgoConfig config;
+    cublasLtMatmulAlgo_t algo{};
+    std::map<int, bool> beyond_max_m;  // AlgoCheck results for M > validated_max_m
+  };
+  struct VendorChoice {
+    GemmAlgoConfig config;
+    cublasLtMatmulAlgo_t algo{};
+  };
+
+  CudaGemmOptions options;
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;  // [vendor_workspace_bytes] device bytes, vendor family only
+  std::mutex mutex;
+  std::map<std::pair<int, int>, Pinned> pinned;  // (N, K) -> the invariant family's choice
+  std::map<std::tuple<int, int, int, uint32_t>, VendorChoice> vendor;  // (M, N, K, alignment)
+
+  bool algo_valid_at(Problem& problem, const cublasLtMatmulAlgo_t& algo, int M) {
+    problem.set_m(M);
+    cublasLtMatmulHeuristicResult_t result{};
+    const cublasStatus_t status = cublasLtMatmulAlgoCheck(
+        handle, problem.desc(), problem.a(), problem.b(), problem.d(), problem.d(), &algo, &result);
+    return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize == 0;
+  }
+
+  // Chooses the invariant family's algorithm for (N, K): the heuristic's candidates at pin_m with
+  // no workspace, forced to split-K 1 / reduction none, the first that AlgoCheck accepts at every
+  // M in 1..max_m. Deterministic for a given library and GPU.
+  Pinned pin(int N, int K) {
+    Pinned p;
+    if (options.own_kernel_only) {
+      p.config.reason = "own_kernel_only option";
+      return p;
+    }
+    if (N % 8 != 0 || K % 8 != 0) {
+      p.config.reason = "N or K not a multiple of 8 (rows not 16-byte aligned)";
+      return p;
+    }
+    Problem problem(options.pin_m, N, K);
+    cublasLtMatmulPreferenceOpaque_t pref_storage;
+    cublasLtMatmulPreference_t pref = &pref_storage;
+    cublasCheck(cublasLtMatmulPreferenceInit(pref));
+    const uint64_t no_workspace = 0;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &no_workspace, sizeof(no_workspace)));
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      set_preference(pref, attr, kInvariantAlignment);
+    }
+    cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+    int count = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle, problem.desc(), problem.a(), problem.b(), problem.d(), problem.d(), pref,
+        kCandidates, results, &count);
+    if (status != CUBLAS_STATUS_SUCCESS || count == 0) {
+      p.config.reason =
+          std::string("cuBLASLt heuristic offered nothing: ") + cublasLtGetStatusName(status);
+      return p;
+    }
+    const int32_t one_split = 1;
+    const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    int rejected = 0;
+    for (int i = 0; i < count; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+      cublasLtMatmulAlgo_t algo = results[i].algo;
+      // Split-K sums K slices in an order and count the heuristic may tie to M: force it off.
+      cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                       &one_split, sizeof(one_split)));
+      cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                       &no_reduction, sizeof(no_reduction)));
+      bool valid = algo_min_alignment(algo) <= kInvariantAlignment;
+      for (int m = 1; valid && m <= options.max_m; ++m) valid = algo_valid_at(problem, algo, m);
+      if (!valid) {
+        ++rejected;
+        continue;
+      }
+      p.algo = algo;
+      p.config = describe_algo(algo, 0, options.pin_m);
+      p.config.validated_max_m = options.max_m;
+      return p;
+    }
+    p.config.reason = "none of " + std::to_string(count) +
+                      " cuBLASLt candidates passed AlgoCheck at every M in 1.." +
+                      std::to_string(options.max_m);
+    return p;
+  }
+
+  Pinned& pinned_for(int N, int K) {
+    auto it = pinned.find({N, K});
+    if (it == pinned.end()) it = pinned.emplace(std::make_pair(N, K), pin(N, K)).first;
+    return it->second;
+  }
+
+  VendorChoice& vendor_for(int M, int N, int K, uint32_t alignment) {
+    const auto key = std::make_tuple(M, N, K, alignment);
+    auto it = vendor.find(key);
+    if (it != vendor.end()) return it->second;
+    Problem problem(M, N, K);
+    cublasLtMatmulPreferenceOpaque_t pref_storage;
+    cublasLtMatmulPreference_t pref = &pref_storage;
+    cublasCheck(cublasLtMatmulPreferenceInit(pref));
+    const uint64_t bytes = options.vendor_workspace_bytes;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &bytes, sizeof(bytes)));
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      set_preference(pref, attr, alignment);
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    cublasCheck(cublasLtMatmulAlgoGetHeuristic(handle, problem.desc(), problem.a(), problem.b(),
+                                               problem.d(), problem.d(), pref, 1, &result, &count));
+    if (count == 0) {
+      throw std::runtime_error(
+          "cuBLASLt heuristic offered no algorithm for the vendor GEMM M=" + std::to_string(M) +
+          " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    }
+    VendorChoice choice;
+    choice.algo = result.algo;
+    choice.config = describe_algo(result.algo, result.workspaceSize, M);
+    return vendor.emplace(key, choice).first->second;
+  }
+
+  void run_cublaslt(const cublasLtMatmulAlgo_t& algo, const bf16* x, const bf16* w, bf16* y, int M,
+                    int N, int K, void* work, size_t work_bytes, cudaStream_t stream) {
+    Problem problem(M, N, K);
+    const float alpha = 1.0f;
+    const float beta = 0.0f;
+    cublasCheck(cublasLtMatmul(handle, problem.desc(), &alpha, w, problem.a(), x, problem.b(),
+                               &beta, y, problem.d(), y, problem.d(), &algo, work, work_bytes,
+                               stream));
+  }
+};
+
+CudaGemm::CudaGemm(CudaGemmOptions options) : impl_(std::make_unique<Impl>()) {
+  if (options.max_m < 1 || options.pin_m < 1) {
+    throw std::invalid_argument("CudaGemmOptions: max_m and pin_m must be >= 1");
+  }
+  impl_->options = options;
+  cublasCheck(cublasLtCreate(&impl_->handle));
+  if (options.vendor_workspace_bytes > 0) {
+    cudaCheck(cudaMalloc(&impl_->workspace, options.vendor_workspace_bytes));
+  }
+}
+
+CudaGemm::~CudaGemm() {
+  // Destructors do not throw: a failure here leaves nothing to recover.
+  if (impl_->workspace != nullptr) cudaFree(impl_->workspace);
+  if (impl_->handle != nullptr) cublasLtDestroy(impl_->handle);
+}
+
+void CudaGemm::gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, int M, int N, int K,
+                    cudaStream_t stream) {
+  if (M < 1 || N < 1 || K < 1) {
+    throw std::invalid_argument("CudaGemm::gemm: M, N, K must be >= 1; got M=" + std::to_string(M) +
+                                " N=" + std::to_string(N) + " K=" + std::to_string(K));
+  }
+  if (x == nullptr || w == nullptr || y == nullptr) {
+    throw std::invalid_argument("CudaGemm::gemm: x, w and y must be device pointers, not null");
+  }
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (family == KernelFamily::vendor) {
+    const uint32_t alignment =
+        std::min({pointer_alignment(x), pointer_alignment(w), pointer_alignment(y)});
+    Impl::VendorChoice& choice = impl_->vendor_for(M, N, K, alignment);
+    impl_->run_cublaslt(choice.algo, x, w, y, M, N, K, impl_->workspace,
+                        impl_->options.vendor_workspace_bytes, stream);
+    return;
+  }
+  Impl::Pinned& p = impl_->pinned_for(N, K);
+  if (!p.config.cublaslt) {
+    launch_tiled_gemm(x, w, y, M, N, K, stream);
+    return;
+  }
+  for (const void* ptr :
+       {static_cast<const void*>(x), static_cast<const void*>(w), static_cast<const void*>(y)}) {
+    // Falling back to another kernel for one call would change the bits: refuse instead.
+    if (pointer_alignment(ptr) < std::max(p.config.min_alignment_bytes, kInvariantAlignment)) {
+      throw std::invalid_argument("CudaGemm::gemm: invariant GEMM needs 16-byte aligned x, w, y");
+    }
+  }
+  if (M > p.config.validated_max_m) {
+    auto it = p.beyond_max_m.find(M);
+    if (it == p.beyond_max_m.end()) {
+      Problem problem(M, N, K);
+      it = p.beyond_max_m.emplace(M, impl_->algo_valid_at(problem, p.algo, M)).first;
+    }
+    if (!it->second) {
+      throw std::runtime_error("CudaGemm: the pinned algorithm for N=" + std::to_string(N) + " K=" +
+                               std::to_string(K) + " is not valid at M=" + std::to_string(M) +
+                               "; raise CudaGemmOptions::max_m to at least " + std::to_string(M) +
+                               " so the pin covers it");
+    }
+  }
+  impl_->run_cublaslt(p.algo, x, w, y, M, N, K, nullptr, 0, stream);
+}
+
+GemmAlgoConfig CudaGemm::invariant_config(int N, int K) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->pinned_for(N, K).config;
+}
+
+GemmAlgoConfig CudaGemm::vendor_config(int M, int N, int K) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->vendor_for(M, N, K, 256).config;
+}
+
+}  // namespace bih::cuda
