@@ -12,13 +12,17 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_tiled.hpp"
@@ -27,7 +31,7 @@ namespace bih::cuda {
 namespace {
 
 // How many candidates the heuristic may offer for the pinned algorithm.
-constexpr int kCandidates = 16;
+constexpr int kCandidates = 32;
 // Every cuBLASLt path needs ld*2 bytes and base pointers at least 16-byte aligned (TMA loads).
 constexpr uint32_t kInvariantAlignment = 16;
 
@@ -157,28 +161,46 @@ struct CudaGemm::Impl {
   std::map<std::pair<int, int>, Pinned> pinned;  // (N, K) -> the invariant family's choice
   std::map<std::tuple<int, int, int, uint32_t>, VendorChoice> vendor;  // (M, N, K, alignment)
 
-  bool algo_valid_at(Problem& problem, const cublasLtMatmulAlgo_t& algo, int M) {
+  // Why a candidate failed at one M: the AlgoCheck status, or the workspace it would need.
+  struct CheckFailure {
+    int m = 0;
+    cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+    size_t workspace = 0;
+  };
+
+  // Empty when the algorithm needs no workspace and AlgoCheck accepts it at M.
+  std::optional<CheckFailure> check_at(Problem& problem, const cublasLtMatmulAlgo_t& algo, int M) {
     problem.set_m(M);
     cublasLtMatmulHeuristicResult_t result{};
     const cublasStatus_t status = cublasLtMatmulAlgoCheck(
         handle, problem.desc(), problem.a(), problem.b(), problem.d(), problem.d(), &algo, &result);
-    return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize == 0;
+    if (status == CUBLAS_STATUS_SUCCESS && result.workspaceSize == 0) return std::nullopt;
+    return CheckFailure{M, status, result.workspaceSize};
   }
 
-  // Chooses the invariant family's algorithm for (N, K): the heuristic's candidates at pin_m with
-  // no workspace, forced to split-K 1 / reduction none, the first that AlgoCheck accepts at every
-  // M in 1..max_m. Deterministic for a given library and GPU.
-  Pinned pin(int N, int K) {
-    Pinned p;
-    if (options.own_kernel_only) {
-      p.config.reason = "own_kernel_only option";
-      return p;
+  bool algo_valid_at(Problem& problem, const cublasLtMatmulAlgo_t& algo, int M) {
+    return !check_at(problem, algo, M).has_value();
+  }
+
+  // The first M in 1..max_m where the algorithm fails; the likely failures (small M, powers of
+  // two, max_m) are tried before the full sweep so that bad candidates are dropped quickly.
+  std::optional<CheckFailure> first_failure(Problem& problem, const cublasLtMatmulAlgo_t& algo) {
+    std::vector<int> quick;
+    for (int m = 1; m <= std::min(16, options.max_m); ++m) quick.push_back(m);
+    for (int m = 32; m < options.max_m; m *= 2) quick.push_back(m);
+    quick.push_back(options.max_m);
+    for (int m : quick) {
+      if (auto f = check_at(problem, algo, m)) return f;
     }
-    if (N % 8 != 0 || K % 8 != 0) {
-      p.config.reason = "N or K not a multiple of 8 (rows not 16-byte aligned)";
-      return p;
+    for (int m = 1; m <= options.max_m; ++m) {
+      if (auto f = check_at(problem, algo, m)) return f;
     }
-    Problem problem(options.pin_m, N, K);
+    return std::nullopt;
+  }
+
+  // The heuristic's candidates (no workspace, 16-byte alignment) for the problem at M.
+  std::vector<cublasLtMatmulAlgo_t> heuristic_candidates(int M, int N, int K) {
+    Problem problem(M, N, K);
     cublasLtMatmulPreferenceOpaque_t pref_storage;
     cublasLtMatmulPreference_t pref = &pref_storage;
     cublasCheck(cublasLtMatmulPreferenceInit(pref));
@@ -195,36 +217,90 @@ struct CudaGemm::Impl {
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
         handle, problem.desc(), problem.a(), problem.b(), problem.d(), problem.d(), pref,
         kCandidates, results, &count);
-    if (status != CUBLAS_STATUS_SUCCESS || count == 0) {
-      p.config.reason =
-          std::string("cuBLASLt heuristic offered nothing: ") + cublasLtGetStatusName(status);
+    std::vector<cublasLtMatmulAlgo_t> algos;
+    if (status != CUBLAS_STATUS_SUCCESS) return algos;
+    for (int i = 0; i < count; ++i) {
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) algos.push_back(results[i].algo);
+    }
+    return algos;
+  }
+
+  // Chooses the invariant family's algorithm for (N, K). Candidates: the heuristic's answers at
+  // pin_m, then at max_m and at 1, in its order; each forced to split-K 1 and reduction none
+  // (split-K sums K slices in an order and count the heuristic ties to M), each also tried with a
+  // 1x1x1 thread-block cluster and with custom option 0 (a cluster only shares operand loads
+  // between CTAs; it does not touch a CTA's K loop). The first that needs no workspace and that
+  // AlgoCheck accepts at every M in 1..max_m wins. No timing: the choice is deterministic for a
+  // given library and GPU, so every process pins the same algorithm.
+  Pinned pin(int N, int K) {
+    Pinned p;
+    if (options.own_kernel_only) {
+      p.config.reason = "own_kernel_only option";
       return p;
+    }
+    if (N % 8 != 0 || K % 8 != 0) {
+      p.config.reason = "N or K not a multiple of 8 (rows not 16-byte aligned)";
+      return p;
+    }
+    const bool log = std::getenv("BIH_GEMM_LOG") != nullptr;
+    Problem problem(options.pin_m, N, K);
+    std::vector<int> heuristic_ms = {options.pin_m};
+    for (int m : {options.max_m, 1}) {
+      if (std::find(heuristic_ms.begin(), heuristic_ms.end(), m) == heuristic_ms.end()) {
+        heuristic_ms.push_back(m);
+      }
     }
     const int32_t one_split = 1;
     const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+    const uint16_t no_cluster = CUBLASLT_CLUSTER_SHAPE_1x1x1;
+    const uint32_t no_custom = 0;
+    std::set<std::string> tried;
+    std::string rejections;
     int rejected = 0;
-    for (int i = 0; i < count; ++i) {
-      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
-      cublasLtMatmulAlgo_t algo = results[i].algo;
-      // Split-K sums K slices in an order and count the heuristic may tie to M: force it off.
-      cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                                       &one_split, sizeof(one_split)));
-      cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
-                                                       &no_reduction, sizeof(no_reduction)));
-      bool valid = algo_min_alignment(algo) <= kInvariantAlignment;
-      for (int m = 1; valid && m <= options.max_m; ++m) valid = algo_valid_at(problem, algo, m);
-      if (!valid) {
-        ++rejected;
-        continue;
+    for (int heuristic_m : heuristic_ms) {
+      for (const cublasLtMatmulAlgo_t& offered : heuristic_candidates(heuristic_m, N, K)) {
+        for (int variant = 0; variant < 4; ++variant) {
+          cublasLtMatmulAlgo_t algo = offered;
+          cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                           &one_split, sizeof(one_split)));
+          cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(
+              &algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &no_reduction, sizeof(no_reduction)));
+          if ((variant & 1) != 0) {
+            cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(
+                &algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &no_cluster, sizeof(no_cluster)));
+          }
+          if ((variant & 2) != 0) {
+            cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(
+                &algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &no_custom, sizeof(no_custom)));
+          }
+          GemmAlgoConfig config = describe_algo(algo, 0, heuristic_m);
+          const std::string key = config.describe();
+          if (!tried.insert(key.substr(0, key.find(" chosen at"))).second) continue;
+          std::optional<CheckFailure> failure;
+          if (config.min_alignment_bytes > kInvariantAlignment) {
+            failure = CheckFailure{0, CUBLAS_STATUS_NOT_SUPPORTED, 0};
+          } else {
+            failure = first_failure(problem, algo);
+          }
+          if (failure) {
+            std::string why = "[" + key + ": M=" + std::to_string(failure->m) + " " +
+                              cublasLtGetStatusName(failure->status) + " workspace " +
+                              std::to_string(failure->workspace) + "]";
+            if (log) std::fprintf(stderr, "bih gemm N=%d K=%d rejected %s\n", N, K, why.c_str());
+            if (rejected++ < 3) rejections += " " + why;
+            continue;
+          }
+          p.algo = algo;
+          p.config = config;
+          p.config.validated_max_m = options.max_m;
+          if (log) std::fprintf(stderr, "bih gemm N=%d K=%d pinned %s\n", N, K, key.c_str());
+          return p;
+        }
       }
-      p.algo = algo;
-      p.config = describe_algo(algo, 0, options.pin_m);
-      p.config.validated_max_m = options.max_m;
-      return p;
     }
-    p.config.reason = "none of " + std::to_string(count) +
-                      " cuBLASLt candidates passed AlgoCheck at every M in 1.." +
-                      std::to_string(options.max_m);
+    p.config.reason = "none of " + std::to_string(rejected) +
+                      " cuBLASLt candidates passed AlgoCheck with no workspace at every M in 1.." +
+                      std::to_string(options.max_m) + "; first:" + rejections;
     return p;
   }
 
