@@ -156,7 +156,8 @@ struct CudaGemm::Impl {
 
   CudaGemmOptions options;
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;  // [vendor_workspace_bytes] device bytes, vendor family only
+  void* workspace = nullptr;            // [vendor_workspace_bytes] device bytes, vendor family only
+  void* scheduler_workspace = nullptr;  // [scheduler_workspace_bytes] zeroed, invariant family
   std::mutex mutex;
   std::map<std::pair<int, int>, Pinned> pinned;  // (N, K) -> the invariant family's choice
   std::map<std::tuple<int, int, int, uint32_t>, VendorChoice> vendor;  // (M, N, K, alignment)
@@ -168,32 +169,39 @@ struct CudaGemm::Impl {
     size_t workspace = 0;
   };
 
-  // Empty when the algorithm needs no workspace and AlgoCheck accepts it at M.
-  std::optional<CheckFailure> check_at(Problem& problem, const cublasLtMatmulAlgo_t& algo, int M) {
+  // Empty when AlgoCheck accepts the algorithm at M and it needs at most `workspace_limit`
+  // bytes of workspace; `*workspace` then grows to what it needs.
+  std::optional<CheckFailure> check_at(Problem& problem, const cublasLtMatmulAlgo_t& algo, int M,
+                                       size_t workspace_limit, size_t* workspace) {
     problem.set_m(M);
     cublasLtMatmulHeuristicResult_t result{};
     const cublasStatus_t status = cublasLtMatmulAlgoCheck(
         handle, problem.desc(), problem.a(), problem.b(), problem.d(), problem.d(), &algo, &result);
-    if (status == CUBLAS_STATUS_SUCCESS && result.workspaceSize == 0) return std::nullopt;
+    if (status == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= workspace_limit) {
+      *workspace = std::max(*workspace, result.workspaceSize);
+      return std::nullopt;
+    }
     return CheckFailure{M, status, result.workspaceSize};
   }
 
   bool algo_valid_at(Problem& problem, const cublasLtMatmulAlgo_t& algo, int M) {
-    return !check_at(problem, algo, M).has_value();
+    size_t workspace = 0;
+    return !check_at(problem, algo, M, options.scheduler_workspace_bytes, &workspace).has_value();
   }
 
   // The first M in 1..max_m where the algorithm fails; the likely failures (small M, powers of
   // two, max_m) are tried before the full sweep so that bad candidates are dropped quickly.
-  std::optional<CheckFailure> first_failure(Problem& problem, const cublasLtMatmulAlgo_t& algo) {
+  std::optional<CheckFailure> first_failure(Problem& problem, const cublasLtMatmulAlgo_t& algo,
+                                            size_t workspace_limit, size_t* workspace) {
     std::vector<int> quick;
     for (int m = 1; m <= std::min(16, options.max_m); ++m) quick.push_back(m);
     for (int m = 32; m < options.max_m; m *= 2) quick.push_back(m);
     quick.push_back(options.max_m);
     for (int m : quick) {
-      if (auto f = check_at(problem, algo, m)) return f;
+      if (auto f = check_at(problem, algo, m, workspace_limit, workspace)) return f;
     }
     for (int m = 1; m <= options.max_m; ++m) {
-      if (auto f = check_at(problem, algo, m)) return f;
+      if (auto f = check_at(problem, algo, m, workspace_limit, workspace)) return f;
     }
     return std::nullopt;
   }
@@ -226,12 +234,14 @@ struct CudaGemm::Impl {
   }
 
   // Chooses the invariant family's algorithm for (N, K). Candidates: the heuristic's answers at
-  // pin_m, then at max_m and at 1, in its order; each forced to split-K 1 and reduction none
-  // (split-K sums K slices in an order and count the heuristic ties to M), each also tried with a
-  // 1x1x1 thread-block cluster and with custom option 0 (a cluster only shares operand loads
-  // between CTAs; it does not touch a CTA's K loop). The first that needs no workspace and that
-  // AlgoCheck accepts at every M in 1..max_m wins. No timing: the choice is deterministic for a
-  // given library and GPU, so every process pins the same algorithm.
+  // pin_m, then at max_m, in its order (its estimate of speed); each forced to split-K 1 and
+  // reduction none (split-K sums K slices in an order and count the heuristic ties to M), and
+  // each also tried with a 1x1x1 thread-block cluster and with custom option 0 (a cluster only
+  // shares operand loads between CTAs; it does not touch a CTA's K loop). A candidate is valid
+  // when AlgoCheck accepts it at every M in 1..max_m with a workspace of at most
+  // scheduler_workspace_bytes; of one candidate's variants, one needing no workspace is preferred.
+  // No timing: the choice is deterministic for a given library and GPU, so every process pins
+  // the same algorithm.
   Pinned pin(int N, int K) {
     Pinned p;
     if (options.own_kernel_only) {
@@ -245,11 +255,7 @@ struct CudaGemm::Impl {
     const bool log = std::getenv("BIH_GEMM_LOG") != nullptr;
     Problem problem(options.pin_m, N, K);
     std::vector<int> heuristic_ms = {options.pin_m};
-    for (int m : {options.max_m, 1}) {
-      if (std::find(heuristic_ms.begin(), heuristic_ms.end(), m) == heuristic_ms.end()) {
-        heuristic_ms.push_back(m);
-      }
-    }
+    if (options.max_m != options.pin_m) heuristic_ms.push_back(options.max_m);
     const int32_t one_split = 1;
     const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
     const uint16_t no_cluster = CUBLASLT_CLUSTER_SHAPE_1x1x1;
@@ -259,6 +265,7 @@ struct CudaGemm::Impl {
     int rejected = 0;
     for (int heuristic_m : heuristic_ms) {
       for (const cublasLtMatmulAlgo_t& offered : heuristic_candidates(heuristic_m, N, K)) {
+        std::optional<Pinned> with_workspace;  // this candidate's first valid variant
         for (int variant = 0; variant < 4; ++variant) {
           cublasLtMatmulAlgo_t algo = offered;
           cublasCheck(cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
@@ -276,11 +283,14 @@ struct CudaGemm::Impl {
           GemmAlgoConfig config = describe_algo(algo, 0, heuristic_m);
           const std::string key = config.describe();
           if (!tried.insert(key.substr(0, key.find(" chosen at"))).second) continue;
+          // Once a variant needing a workspace is in hand, only a workspace-free one can beat it.
+          const size_t limit = with_workspace ? 0 : options.scheduler_workspace_bytes;
+          size_t workspace = 0;
           std::optional<CheckFailure> failure;
           if (config.min_alignment_bytes > kInvariantAlignment) {
             failure = CheckFailure{0, CUBLAS_STATUS_NOT_SUPPORTED, 0};
           } else {
-            failure = first_failure(problem, algo);
+            failure = first_failure(problem, algo, limit, &workspace);
           }
           if (failure) {
             std::string why = "[" + key + ": M=" + std::to_string(failure->m) + " " +
@@ -290,17 +300,31 @@ struct CudaGemm::Impl {
             if (rejected++ < 3) rejections += " " + why;
             continue;
           }
-          p.algo = algo;
-          p.config = config;
-          p.config.validated_max_m = options.max_m;
-          if (log) std::fprintf(stderr, "bih gemm N=%d K=%d pinned %s\n", N, K, key.c_str());
-          return p;
+          Pinned found;
+          found.algo = algo;
+          found.config = config;
+          found.config.workspace_bytes = workspace;
+          found.config.validated_max_m = options.max_m;
+          if (workspace == 0) {
+            with_workspace = found;
+            break;
+          }
+          if (!with_workspace) with_workspace = found;
+        }
+        if (with_workspace) {
+          if (log) {
+            std::fprintf(stderr, "bih gemm N=%d K=%d pinned %s\n", N, K,
+                         with_workspace->config.describe().c_str());
+          }
+          return *with_workspace;
         }
       }
     }
     p.config.reason = "none of " + std::to_string(rejected) +
-                      " cuBLASLt candidates passed AlgoCheck with no workspace at every M in 1.." +
-                      std::to_string(options.max_m) + "; first:" + rejections;
+                      " cuBLASLt candidates passed AlgoCheck with at most " +
+                      std::to_string(options.scheduler_workspace_bytes) +
+                      " bytes of workspace at every M in 1.." + std::to_string(options.max_m) +
+                      "; first:" + rejections;
     return p;
   }
 
@@ -361,11 +385,16 @@ CudaGemm::CudaGemm(CudaGemmOptions options) : impl_(std::make_unique<Impl>()) {
   if (options.vendor_workspace_bytes > 0) {
     cudaCheck(cudaMalloc(&impl_->workspace, options.vendor_workspace_bytes));
   }
+  if (options.scheduler_workspace_bytes > 0) {
+    cudaCheck(cudaMalloc(&impl_->scheduler_workspace, options.scheduler_workspace_bytes));
+    cudaCheck(cudaMemset(impl_->scheduler_workspace, 0, options.scheduler_workspace_bytes));
+  }
 }
 
 CudaGemm::~CudaGemm() {
   // Destructors do not throw: a failure here leaves nothing to recover.
   if (impl_->workspace != nullptr) cudaFree(impl_->workspace);
+  if (impl_->scheduler_workspace != nullptr) cudaFree(impl_->scheduler_workspace);
   if (impl_->handle != nullptr) cublasLtDestroy(impl_->handle);
 }
 
@@ -412,7 +441,9 @@ void CudaGemm::gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, 
                                " so the pin covers it");
     }
   }
-  impl_->run_cublaslt(p.algo, x, w, y, M, N, K, nullptr, 0, stream);
+  // Always offered: the pinned algorithm's tile scheduler may want its counter at this M.
+  impl_->run_cublaslt(p.algo, x, w, y, M, N, K, impl_->scheduler_workspace,
+                      impl_->options.scheduler_workspace_bytes, stream);
 }
 
 GemmAlgoConfig CudaGemm::invariant_config(int N, int K) {

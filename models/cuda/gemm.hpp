@@ -1,7 +1,8 @@
 // gemm.hpp: the CUDA backend's bf16 GEMM, y[M, N] = x[M, K] · w[N, K]^T, in both kernel families.
 //
 // `invariant`: one cuBLASLt algorithm per weight shape (N, K), pinned once and used for every M:
-// split-K 1, reduction scheme none, zero workspace, every tile/stage/cluster field fixed, and
+// split-K 1, reduction scheme none, no workspace beyond a tile-scheduler counter (see
+// CudaGemmOptions::scheduler_workspace_bytes), every tile/stage/cluster field fixed, and
 // cublasLtMatmulAlgoCheck passed for every M in 1..max_m before it is used. A row's bits then
 // depend only on that row: each output element is reduced over K inside one tile in an order set
 // by the algorithm, never by M. When no cuBLASLt algorithm passes for every M (or the shape is not
@@ -58,6 +59,11 @@ struct CudaGemmOptions {
   int pin_m = 512;
   // Skip cuBLASLt in the invariant family: every shape runs the own kernel (tests the fallback).
   bool own_kernel_only = false;
+  // The most workspace the pinned algorithm may take. cuBLASLt's Hopper kernels (algo 66) ask for
+  // 4 bytes once the output has more tiles than a persistent grid covers: a tile counter for
+  // their scheduler. 256 bytes can hold such counters but not one fp32 partial tile (a 64x64
+  // tile is 16 KiB), so split-K or stream-K partial sums cannot hide in it. 0: zero workspace.
+  size_t scheduler_workspace_bytes = 256;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;
 };

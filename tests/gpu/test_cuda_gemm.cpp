@@ -138,7 +138,7 @@ std::string describe_difference(const RowComparison& c) {
   return buf;
 }
 
-TEST(CudaGemm, PinnedConfigurationHasNoSplitKNoReductionNoWorkspace) {
+TEST(CudaGemm, PinnedConfigurationHasNoSplitKNoReductionNoPartialSumWorkspace) {
   BIH_SKIP_WITHOUT_GPU();
   CudaGemm gemm;
   for (const Shape& s : kShapes) {
@@ -148,7 +148,8 @@ TEST(CudaGemm, PinnedConfigurationHasNoSplitKNoReductionNoWorkspace) {
     if (!c.cublaslt) continue;  // the own kernel has no split-K by construction
     EXPECT_EQ(c.splitk_num, 1) << s.name;
     EXPECT_EQ(c.reduction_scheme, 0u) << s.name;
-    EXPECT_EQ(c.workspace_bytes, 0u) << s.name;
+    // At most a scheduler counter: 256 bytes cannot hold one fp32 partial tile.
+    EXPECT_LE(c.workspace_bytes, CudaGemmOptions{}.scheduler_workspace_bytes) << s.name;
     EXPECT_GE(c.validated_max_m, kMaxM) << s.name;
     EXPECT_LE(c.min_alignment_bytes, 16u) << s.name;
   }
