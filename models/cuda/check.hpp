@@ -30,18 +30,18 @@ namespace bih::cuda {
 
 }  // namespace bih::cuda
 
-#define cudaCheck(call)                                                       \
-  do {                                                                        \
-    const cudaError_t bih_cuda_error_ = (call);                               \
-    if (bih_cuda_error_ != cudaSuccess) {                                     \
+#define cudaCheck(call)                                                          \
+  do {                                                                           \
+    const cudaError_t bih_cuda_error_ = (call);                                  \
+    if (bih_cuda_error_ != cudaSuccess) {                                        \
       ::bih::cuda::throw_cuda_error(bih_cuda_error_, #call, __FILE__, __LINE__); \
-    }                                                                         \
+    }                                                                            \
   } while (0)
 
-#define cublasCheck(call)                                                          \
-  do {                                                                             \
-    const cublasStatus_t bih_cublas_status_ = (call);                              \
-    if (bih_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                             \
+#define cublasCheck(call)                                                             \
+  do {                                                                                \
+    const cublasStatus_t bih_cublas_status_ = (call);                                 \
+    if (bih_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                \
       ::bih::cuda::throw_cublas_error(bih_cublas_status_, #call, __FILE__, __LINE__); \
-    }                                                                              \
+    }                                                                                 \
   } while (0)

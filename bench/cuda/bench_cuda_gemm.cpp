@@ -1,0 +1,180 @@
+// bench_cuda_gemm.cpp: the invariant GEMM against cuBLAS's default heuristics, side by side.
+//
+// One benchmark per (qwen3-1.7b shape, M) times both families in the same iteration, interleaved,
+// with CUDA events, and reports inv_TFLOPs, vendor_TFLOPs and ratio = invariant / vendor
+// throughput. The iteration time Google Benchmark prints is the invariant family's time per GEMM.
+// Weights and activations rotate over enough copies to exceed twice the L2 cache (where that
+// takes at most 8 copies), so small shapes are timed from HBM as in a real decode step.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/bf16.hpp"
+#include "models/cuda/check.hpp"
+#include "models/cuda/device_info.hpp"
+#include "models/cuda/gemm.hpp"
+
+namespace {
+
+using bih::bf16;
+using bih::KernelFamily;
+
+struct Shape {
+  const char* name;
+  int N;
+  int K;
+};
+
+constexpr Shape kShapes[] = {{"qkv", 4096, 2048},
+                             {"o_proj", 2048, 2048},
+                             {"gate_up", 12288, 2048},
+                             {"down", 2048, 6144},
+                             {"lm_head", 151936, 2048}};
+constexpr int kMs[] = {1, 64, 512, 4096};
+
+// Set from --pin_m=N before the first use (compare pinning choices without rebuilding).
+bih::cuda::CudaGemmOptions g_options;
+
+bih::cuda::CudaGemm& shared_gemm() {
+  static bih::cuda::CudaGemm gemm(g_options);
+  return gemm;
+}
+
+// A device buffer filled with small bf16 values (the values do not change the timing much, but
+// zeros could take shortcuts in hardware power management).
+struct DeviceBf16 {
+  bf16* p = nullptr;
+  explicit DeviceBf16(size_t n) {
+    cudaCheck(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(bf16)));
+    std::vector<bf16> host(std::min<size_t>(n, size_t{1} << 20));
+    for (size_t i = 0; i < host.size(); ++i)
+      host[i] = bih::to_bf16(((i * 37) % 17) / 64.0f - 0.125f);
+    for (size_t off = 0; off < n; off += host.size()) {
+      const size_t count = std::min(host.size(), n - off);
+      cudaCheck(cudaMemcpy(p + off, host.data(), count * sizeof(bf16), cudaMemcpyHostToDevice));
+    }
+  }
+  ~DeviceBf16() { cudaFree(p); }
+  DeviceBf16(const DeviceBf16&) = delete;
+  DeviceBf16& operator=(const DeviceBf16&) = delete;
+};
+
+size_t l2_bytes() {
+  int device = 0;
+  int bytes = 0;
+  cudaCheck(cudaGetDevice(&device));
+  cudaCheck(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+  return static_cast<size_t>(bytes);
+}
+
+// Average seconds per GEMM over `reps` launches, rotating over the buffer sets.
+double time_family(KernelFamily family, const std::vector<std::unique_ptr<DeviceBf16>>& xs,
+                   const std::vector<std::unique_ptr<DeviceBf16>>& ws, bf16* y, int M,
+                   const Shape& s, int reps, cudaEvent_t start, cudaEvent_t stop) {
+  auto& gemm = shared_gemm();
+  cudaCheck(cudaEventRecord(start, nullptr));
+  for (int i = 0; i < reps; ++i) {
+    const size_t set = static_cast<size_t>(i) % ws.size();
+    gemm.gemm(family, xs[set]->p, ws[set]->p, y, M, s.N, s.K, nullptr);
+  }
+  cudaCheck(cudaEventRecord(stop, nullptr));
+  cudaCheck(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+  return ms * 1e-3 / reps;
+}
+
+void bench_shape(benchmark::State& state, Shape s, int M) {
+  const size_t x_elems = static_cast<size_t>(M) * s.K;    // [M, K]
+  const size_t w_elems = static_cast<size_t>(s.N) * s.K;  // [N, K]
+  const size_t set_bytes = (x_elems + w_elems) * sizeof(bf16);
+  const size_t sets = std::clamp<size_t>((2 * l2_bytes() + set_bytes - 1) / set_bytes, 1, 8);
+  std::vector<std::unique_ptr<DeviceBf16>> xs;
+  std::vector<std::unique_ptr<DeviceBf16>> ws;
+  for (size_t i = 0; i < sets; ++i) {
+    xs.push_back(std::make_unique<DeviceBf16>(x_elems));
+    ws.push_back(std::make_unique<DeviceBf16>(w_elems));
+  }
+  DeviceBf16 y(static_cast<size_t>(M) * s.N);  // [M, N]
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  cudaCheck(cudaEventCreate(&start));
+  cudaCheck(cudaEventCreate(&stop));
+
+  // Warm-up: pins the invariant algorithm, asks the vendor heuristic, loads the kernels.
+  const int probe = static_cast<int>(sets);
+  time_family(KernelFamily::invariant, xs, ws, y.p, M, s, probe, start, stop);
+  time_family(KernelFamily::vendor, xs, ws, y.p, M, s, probe, start, stop);
+  const double estimate =
+      std::min(time_family(KernelFamily::invariant, xs, ws, y.p, M, s, probe, start, stop),
+               time_family(KernelFamily::vendor, xs, ws, y.p, M, s, probe, start, stop));
+  // About 2 ms of GEMMs per timed batch, so launch gaps and event resolution stay small.
+  const int reps = static_cast<int>(std::clamp(2e-3 / std::max(estimate, 1e-7), 1.0, 500.0));
+
+  double invariant_seconds = 0.0;
+  double vendor_seconds = 0.0;
+  for (auto _ : state) {
+    const double inv = time_family(KernelFamily::invariant, xs, ws, y.p, M, s, reps, start, stop);
+    const double ven = time_family(KernelFamily::vendor, xs, ws, y.p, M, s, reps, start, stop);
+    invariant_seconds += inv;
+    vendor_seconds += ven;
+    state.SetIterationTime(inv);
+  }
+  cudaCheck(cudaEventDestroy(start));
+  cudaCheck(cudaEventDestroy(stop));
+
+  const double flops = 2.0 * M * s.N * s.K;
+  const double iterations = static_cast<double>(state.iterations());
+  const double inv_tflops = flops * iterations / invariant_seconds * 1e-12;
+  const double vendor_tflops = flops * iterations / vendor_seconds * 1e-12;
+  state.counters["inv_TFLOPs"] = inv_tflops;
+  state.counters["vendor_TFLOPs"] = vendor_tflops;
+  state.counters["ratio"] = inv_tflops / vendor_tflops;
+  state.counters["buffer_sets"] = static_cast<double>(sets);
+  state.SetLabel(std::string(s.name));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--pin_m=", 0) == 0) {
+      g_options.pin_m = std::stoi(arg.substr(8));
+    } else {
+      std::fprintf(stderr, "bih_cuda_bench: unknown argument %s (valid: --pin_m=N)\n", argv[i]);
+      return 2;
+    }
+  }
+  if (bih::cuda::device_count() == 0) {
+    std::fprintf(stderr, "bih_cuda_bench: no CUDA device; nothing to measure\n");
+    return 0;
+  }
+  for (const Shape& s : kShapes) {
+    std::fprintf(stderr, "[invariant] %-8s N=%-6d K=%-5d %s\n", s.name, s.N, s.K,
+                 shared_gemm().invariant_config(s.N, s.K).describe().c_str());
+    for (int m : kMs) {
+      std::fprintf(stderr, "[vendor]    %-8s M=%-5d %s\n", s.name, m,
+                   shared_gemm().vendor_config(m, s.N, s.K).describe().c_str());
+    }
+  }
+  for (const Shape& s : kShapes) {
+    for (int m : kMs) {
+      const std::string name = std::string("Gemm/") + s.name + "/M=" + std::to_string(m);
+      benchmark::RegisterBenchmark(name.c_str(), bench_shape, s, m)
+          ->UseManualTime()
+          ->Iterations(20)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

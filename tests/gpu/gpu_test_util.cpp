@@ -1,0 +1,30 @@
+// gpu_test_util.cpp: the CUDA runtime calls behind gpu_test_util.hpp's DeviceBuffer.
+#include "tests/gpu/gpu_test_util.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include "models/cuda/check.hpp"
+
+namespace bih::test {
+
+void* device_alloc(size_t bytes) {
+  void* p = nullptr;
+  if (bytes > 0) cudaCheck(cudaMalloc(&p, bytes));
+  return p;
+}
+
+void device_free(void* p) {
+  if (p != nullptr) cudaFree(p);
+}
+
+void copy_to_device(void* dst, const void* src, size_t bytes) {
+  cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* dst, const void* src, size_t bytes) {
+  cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void device_synchronize() { cudaCheck(cudaDeviceSynchronize()); }
+
+}  // namespace bih::test
