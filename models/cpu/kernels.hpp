@@ -22,7 +22,8 @@ inline constexpr int kVendorSplitKMaxM = 16;
 inline constexpr int kAttentionTile = 16;
 
 // The vendor family's KV split count for decode rows: fewer decode queries, more splits (as
-// flash-decoding heuristics fill the machine), so a request alone reduces differently than in a batch.
+// flash-decoding heuristics fill the machine), so a request alone reduces differently than in a
+// batch.
 inline int vendor_decode_splits(int num_decode_queries) {
   const int q = num_decode_queries > 1 ? num_decode_queries : 1;
   const int splits = 64 / q;
