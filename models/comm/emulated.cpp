@@ -53,13 +53,6 @@ std::vector<int> resolve_ring_order(int size, std::vector<int> ring_order) {
   return ring_order;
 }
 
-bool is_identity(const std::vector<int>& order) {
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (order[i] != static_cast<int>(i)) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 EmulatedGroup::EmulatedGroup(int size, CollectiveOrders orders, std::vector<int> ring_order,
@@ -67,7 +60,6 @@ EmulatedGroup::EmulatedGroup(int size, CollectiveOrders orders, std::vector<int>
     : size_(size),
       orders_(orders),
       ring_order_(resolve_ring_order(size, std::move(ring_order))),
-      ring_is_identity_(is_identity(ring_order_)),
       watchdog_(watchdog),
       arrived_(size, 0),
       posted_(size),
@@ -87,19 +79,7 @@ Communicator& EmulatedGroup::rank(int r) {
   return *ranks_[r];
 }
 
-std::string EmulatedGroup::describe() const {
-  std::string s = "emulated(ar=" + to_string(orders_.all_reduce) +
-                  ",rs=" + to_string(orders_.reduce_scatter) +
-                  ",ag=" + to_string(orders_.all_gather);
-  if (!ring_is_identity_) {
-    s += ",ring=";
-    for (int i = 0; i < size_; ++i) {
-      if (i > 0) s += '-';
-      s += std::to_string(ring_order_[i]);
-    }
-  }
-  return s + ")";
-}
+std::string EmulatedGroup::describe() const { return describe_emulated(orders_, ring_order_); }
 
 void EmulatedGroup::abort(const std::string& why) {
   {

@@ -88,7 +88,6 @@ class EmulatedGroup {
   const int size_;
   const CollectiveOrders orders_;
   const std::vector<int> ring_order_;
-  const bool ring_is_identity_;
   const std::chrono::milliseconds watchdog_;
   std::vector<std::unique_ptr<Rank>> ranks_;
 

@@ -188,4 +188,19 @@ void all_reduce_range(ReduceOrder order, std::span<const bf16* const> rank_input
   }
 }
 
+std::string describe_emulated(const CollectiveOrders& orders, const std::vector<int>& ring_order) {
+  std::string s = "emulated(ar=" + to_string(orders.all_reduce) +
+                  ",rs=" + to_string(orders.reduce_scatter) + ",ag=" + to_string(orders.all_gather);
+  bool identity = true;
+  for (size_t i = 0; i < ring_order.size(); ++i) identity = identity && ring_order[i] == int(i);
+  if (!identity) {
+    s += ",ring=";
+    for (size_t i = 0; i < ring_order.size(); ++i) {
+      if (i > 0) s += '-';
+      s += std::to_string(ring_order[i]);
+    }
+  }
+  return s + ")";
+}
+
 }  // namespace bih

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "models/bf16.hpp"
@@ -41,6 +42,10 @@ inline constexpr int kMaxRanks = 64;
 // Size of each of the n contiguous chunks a ring all_reduce splits a message of message_count
 // elements into: ceil(message_count / n). Element i lies in chunk i / ring_chunk_size(...).
 size_t ring_chunk_size(size_t message_count, int n);
+
+// How an emulated group names itself in reports: "emulated(ar=tree,rs=ring,ag=ring)", plus
+// ",ring=0-2-1-3" when the ring is not 0..n-1. Shared by the CPU and the GPU emulation.
+std::string describe_emulated(const CollectiveOrders& orders, const std::vector<int>& ring_order);
 
 // The ranks in the order their values enter the sum of one element, chain[0] first.
 // For `fixed` this is 0..n-1 (fp32 accumulation, one rounding); for the other orders bf16 rounding

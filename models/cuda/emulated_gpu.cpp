@@ -39,13 +39,6 @@ std::vector<int> resolve_ring_order(int size, std::vector<int> ring_order) {
   return ring_order;
 }
 
-bool is_identity(const std::vector<int>& order) {
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (order[i] != static_cast<int>(i)) return false;
-  }
-  return true;
-}
-
 // Throws std::invalid_argument unless `p` is device (or managed) memory of `device`. A host
 // pointer would otherwise fault inside the kernel and poison the whole CUDA context.
 void check_device_pointer(const void* p, size_t count, int device, int rank, const char* what) {
@@ -158,7 +151,6 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
     : size_(size),
       orders_(orders),
       ring_order_(resolve_ring_order(size, std::move(ring_order))),
-      ring_is_identity_(is_identity(ring_order_)),
       device_(device),
       watchdog_(watchdog),
       arrived_(size, 0),
@@ -181,19 +173,7 @@ EmulatedGpuRank& EmulatedGpuGroup::rank(int r) {
   return *ranks_[r];
 }
 
-std::string EmulatedGpuGroup::describe() const {
-  std::string s = "emulated(ar=" + to_string(orders_.all_reduce) +
-                  ",rs=" + to_string(orders_.reduce_scatter) +
-                  ",ag=" + to_string(orders_.all_gather);
-  if (!ring_is_identity_) {
-    s += ",ring=";
-    for (int i = 0; i < size_; ++i) {
-      if (i > 0) s += '-';
-      s += std::to_string(ring_order_[i]);
-    }
-  }
-  return s + ")";
-}
+std::string EmulatedGpuGroup::describe() const { return describe_emulated(orders_, ring_order_); }
 
 void EmulatedGpuGroup::abort(const std::string& why) {
   {

@@ -149,7 +149,6 @@ class EmulatedGpuGroup {
   const int size_;
   const CollectiveOrders orders_;
   const std::vector<int> ring_order_;
-  const bool ring_is_identity_;
   const int device_;
   const std::chrono::milliseconds watchdog_;
   std::vector<std::unique_ptr<EmulatedGpuRank>> ranks_;
