@@ -145,4 +145,13 @@ ModelConfig load_config_json(const std::string& path) {
   return c;
 }
 
+std::vector<LinearShape> linear_shapes(const ModelConfig& c) {
+  const int H = c.hidden_size;
+  return {{"qkv", c.q_size() + 2 * c.kv_size(), H},
+          {"o_proj", H, c.q_size()},
+          {"gate_up", 2 * c.intermediate_size, H},
+          {"down", H, c.intermediate_size},
+          {"lm_head", c.vocab_size, H}};
+}
+
 }  // namespace bih

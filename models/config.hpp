@@ -26,6 +26,16 @@ struct ModelConfig {
   int kv_size() const { return num_kv_heads * head_dim; }
 };
 
+// One GEMM weight of the decoder at TP=1: y[M, N] = x[M, K] . w[N, K]^T.
+struct LinearShape {
+  std::string name;  // "qkv", "o_proj", "gate_up", "down", "lm_head"
+  int N = 0;
+  int K = 0;
+};
+
+// The engine's GEMM shapes in forward order: merged qkv, o_proj, merged gate_up, down, lm_head.
+std::vector<LinearShape> linear_shapes(const ModelConfig& config);
+
 // Presets of DESIGN.md: "tiny", "qwen3-0.6b", "qwen3-1.7b". nullopt for an unknown name.
 std::optional<ModelConfig> preset_config(const std::string& name);
 std::vector<std::string> preset_names();

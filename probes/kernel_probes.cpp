@@ -337,21 +337,15 @@ std::vector<Case> kernel_cases() {
   const ModelConfig cfg = tiny();
   const int H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
   const float eps = cfg.rms_norm_eps;
-  struct GemmShape {
-    int n, k;
-  };
-  // qkv, o_proj, gate_up, down, lm_head
-  const GemmShape gemms[] = {
-      {cfg.q_size() + 2 * cfg.kv_size(), H}, {H, cfg.q_size()}, {2 * I, H}, {H, I}, {V, H}};
   std::vector<Case> cases;
   for (Backend backend : {Backend::cpu, Backend::cuda}) {
     for (KernelFamily family : {KernelFamily::invariant, KernelFamily::vendor}) {
       const bool vendor = family == KernelFamily::vendor;
-      for (const GemmShape& s : gemms) {
+      for (const LinearShape& s : linear_shapes(cfg)) {
         cases.push_back(kernel_case(
-            "gemm", family, backend, "n=" + std::to_string(s.n) + ",k=" + std::to_string(s.k),
+            "gemm", family, backend, "n=" + std::to_string(s.N) + ",k=" + std::to_string(s.K),
             vendor ? Expect::variant : Expect::invariant, 16,
-            [=](uint32_t seed) { return gemm_runner(family, s.n, s.k, seed); }));
+            [=](uint32_t seed) { return gemm_runner(family, s.N, s.K, seed); }));
       }
       cases.push_back(kernel_case("rms_norm", family, backend, "h=" + std::to_string(H),
                                   Expect::invariant, 16,

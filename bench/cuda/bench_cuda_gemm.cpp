@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "models/bf16.hpp"
+#include "models/config.hpp"
 #include "models/cuda/check.hpp"
 #include "models/cuda/device_info.hpp"
 #include "models/cuda/gemm.hpp"
@@ -25,17 +26,8 @@ namespace {
 using bih::bf16;
 using bih::KernelFamily;
 
-struct Shape {
-  const char* name;
-  int N;
-  int K;
-};
-
-constexpr Shape kShapes[] = {{"qkv", 4096, 2048},
-                             {"o_proj", 2048, 2048},
-                             {"gate_up", 12288, 2048},
-                             {"down", 2048, 6144},
-                             {"lm_head", 151936, 2048}};
+using Shape = bih::LinearShape;
+const std::vector<Shape> kShapes = bih::linear_shapes(*bih::preset_config("qwen3-1.7b"));
 constexpr int kMs[] = {1, 64, 512, 4096};
 
 // Set from --pin_m=N before the first use (compare pinning choices without rebuilding).
@@ -158,10 +150,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const Shape& s : kShapes) {
-    std::fprintf(stderr, "[invariant] %-8s N=%-6d K=%-5d %s\n", s.name, s.N, s.K,
+    std::fprintf(stderr, "[invariant] %-8s N=%-6d K=%-5d %s\n", s.name.c_str(), s.N, s.K,
                  shared_gemm().invariant_config(s.N, s.K).describe().c_str());
     for (int m : kMs) {
-      std::fprintf(stderr, "[vendor]    %-8s M=%-5d %s\n", s.name, m,
+      std::fprintf(stderr, "[vendor]    %-8s M=%-5d %s\n", s.name.c_str(), m,
                    shared_gemm().vendor_config(m, s.N, s.K).describe().c_str());
     }
   }

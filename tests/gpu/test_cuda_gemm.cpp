@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "models/bf16.hpp"
+#include "models/config.hpp"
 #include "models/cuda/gemm.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
@@ -26,19 +27,11 @@ using bih::cuda::CudaGemm;
 using bih::cuda::CudaGemmOptions;
 using bih::test::DeviceBuffer;
 
-struct Shape {
-  const char* name;
-  int N;
-  int K;
-};
+using Shape = bih::LinearShape;
 
 // qwen3-1.7b at TP=1: hidden 2048, 16 query + 8 KV heads of 128, MLP 6144, vocab 151936.
-constexpr Shape kShapes[] = {{"qkv", 4096, 2048},
-                             {"o_proj", 2048, 2048},
-                             {"gate_up", 12288, 2048},
-                             {"down", 2048, 6144},
-                             {"lm_head", 151936, 2048}};
-constexpr Shape kDown = {"down", 2048, 6144};
+const std::vector<Shape> kShapes = bih::linear_shapes(*bih::preset_config("qwen3-1.7b"));
+const Shape kDown = kShapes[3];
 const std::vector<int> kEngineMs = {1, 2, 7, 16, 63, 64, 65, 128, 256, 512, 1024, 4096};
 constexpr int kMaxM = 4096;
 
