@@ -19,6 +19,7 @@ namespace bih {
 
 std::string ChildResult::describe() const {
   if (timed_out) return fmt::format("timed out after {:.0f} s and was killed", wall_s);
+  if (cancelled) return "was stopped because a peer rank's process failed";
   if (signaled) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
   return fmt::format("exited with status {}", exit_code);
 }
@@ -44,7 +45,8 @@ std::string tail_of_file(const std::string& path, int lines) {
 }
 
 ChildResult run_child(const std::vector<std::string>& argv, const std::string& stderr_file,
-                      double timeout_s, const std::function<void(const std::string&)>& on_line) {
+                      double timeout_s, const std::function<void(const std::string&)>& on_line,
+                      const std::atomic<bool>* cancel) {
   int out_pipe[2];
   if (pipe2(out_pipe, O_CLOEXEC) != 0) {
     throw InfraError("pipe() failed: " + std::string(strerror(errno)));
@@ -108,11 +110,16 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
       waitpid(pid, &status, 0);
       result.timed_out = true;
       exited = true;
+    } else if (cancel != nullptr && cancel->load()) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      result.cancelled = true;
+      exited = true;
     }
   }
   close(out_pipe[0]);
   result.wall_s = elapsed();
-  if (!result.timed_out) {
+  if (!result.timed_out && !result.cancelled) {
     if (WIFSIGNALED(status)) {
       result.signaled = true;
       result.signal = WTERMSIG(status);

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "harness/atomic_file.hpp"
 #include "harness/child_process.hpp"
+#include "harness/engine_setup.hpp"
 #include "harness/environment.hpp"
 #include "harness/errors.hpp"
 #include "harness/generation.hpp"
@@ -24,21 +26,6 @@ namespace fs = std::filesystem;
 
 namespace bih {
 namespace {
-
-// Why this build or machine cannot run the scenario; empty when it can.
-std::string unsupported_reason(const Scenario& s) {
-  if (s.backend == Backend::cuda) {
-    return "backend cuda: this build has no CUDA backend yet (the CPU backend runs backend=cpu "
-           "and backend=auto)";
-  }
-  if (s.ranks == RankKind::nccl) {
-    return fmt::format(
-        "ranks nccl at tp={}: real NCCL ranks need the CUDA backend and {} GPUs; "
-        "they are never emulated silently (use parallel.ranks=emulated)",
-        s.tp, s.tp);
-  }
-  return "";
-}
 
 Generation read_generation(const fs::path& path) {
   return generation_from_json(read_json_file(path.string()), path.string());
@@ -155,20 +142,47 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
 
   const Plan plan = make_plan(scenario.plan);
   const std::string exe = self_executable();
+  // One worker process, or one per rank for NCCL ranks (rank r on GPU r, all joining one NCCL
+  // communicator whose unique id the driver makes); the first failing rank stops its peers.
   auto launch = [&](bool fresh) -> std::string {
-    std::vector<std::string> argv{exe,           "worker", "--scenario",
-                                  scenario_file, "--work", work.string()};
-    if (fresh) argv.push_back("--fresh");
-    const std::string err_file = (work / (fresh ? "stderr-fresh.log" : "stderr.log")).string();
-    const ChildResult r =
-        run_child(argv, err_file, scenario.timeout_s, [&](const std::string& line) {
-          if (line.rfind("@progress ", 0) == 0)
-            progress((fresh ? "fresh process: " : "") + line.substr(10));
-        });
-    if (r.ok()) return "";
-    std::string tail = tail_of_file(err_file, 12);
-    return fmt::format("{} worker {}{}{}", fresh ? "fresh-process" : "scenario", r.describe(),
-                       tail.empty() ? "" : "; last lines of stderr:\n", tail);
+    const bool nccl = scenario.ranks == RankKind::nccl;
+    const int processes = nccl ? scenario.tp : 1;
+    const std::string nccl_id = nccl ? cuda_backend()->nccl_unique_id() : "";
+    std::atomic<bool> failed{false};
+    std::vector<ChildResult> results(processes);
+    std::vector<std::string> err_files(processes);
+    auto run_rank = [&](int r) {
+      std::vector<std::string> argv{exe,           "worker", "--scenario",
+                                    scenario_file, "--work", work.string()};
+      if (fresh) argv.push_back("--fresh");
+      if (nccl) {
+        argv.insert(argv.end(), {"--rank", std::to_string(r), "--nccl-id", nccl_id});
+      }
+      err_files[r] = (work / fmt::format("stderr{}{}.log", fresh ? "-fresh" : "",
+                                         nccl ? fmt::format("-rank{}", r) : ""))
+                         .string();
+      results[r] = run_child(
+          argv, err_files[r], scenario.timeout_s,
+          [&](const std::string& line) {
+            if (line.rfind("@progress ", 0) == 0)
+              progress((fresh ? "fresh process: " : "") + line.substr(10));
+          },
+          &failed);
+      if (!results[r].ok()) failed = true;
+    };
+    std::vector<std::thread> threads;
+    for (int r = 1; r < processes; ++r) threads.emplace_back(run_rank, r);
+    run_rank(0);
+    for (auto& t : threads) t.join();
+    // The root cause: the first rank that failed on its own, not one stopped for a peer.
+    for (int r = 0; r < processes; ++r) {
+      if (results[r].ok() || results[r].cancelled) continue;
+      std::string tail = tail_of_file(err_files[r], 12);
+      return fmt::format("{} worker{} {}{}{}", fresh ? "fresh-process" : "scenario",
+                         nccl ? fmt::format(" of rank {}", r) : "", results[r].describe(),
+                         tail.empty() ? "" : "; last lines of stderr:\n", tail);
+    }
+    return "";
   };
 
   if (std::string failure = launch(false); !failure.empty()) return finish(Verdict::error, failure);

@@ -1,14 +1,34 @@
 #include "harness/engine_setup.hpp"
 
+#include <fmt/core.h>
+
+#include <filesystem>
+
 #include "harness/errors.hpp"
+#include "models/comm/emulated.hpp"
 
 namespace bih {
+namespace {
+
+CudaBackendHooks& registered_cuda_backend() {
+  static CudaBackendHooks hooks;
+  return hooks;
+}
+
+}  // namespace
 
 std::shared_ptr<const ModelWeights> build_model(const Scenario& s) {
   if (!s.model.path.empty()) return std::make_shared<ModelWeights>(load_checkpoint(s.model.path));
+  return std::make_shared<ModelWeights>(synthetic_weights(model_config(s), s.model.seed));
+}
+
+ModelConfig model_config(const Scenario& s) {
+  if (!s.model.path.empty()) {
+    return load_config_json((std::filesystem::path(s.model.path) / "config.json").string());
+  }
   auto config = preset_config(s.model.preset);
   if (!config) throw InputError(s.source_file, "/model/preset", "unknown preset " + s.model.preset);
-  return std::make_shared<ModelWeights>(synthetic_weights(*config, s.model.seed));
+  return *config;
 }
 
 EngineOptions engine_options(const Scenario& s) {
@@ -27,13 +47,59 @@ EngineOptions engine_options(const Scenario& s) {
   return o;
 }
 
-EngineBundle make_engine(const Scenario& s, std::shared_ptr<const ModelWeights> weights) {
-  EngineBundle b;
-  b.group = std::make_unique<EmulatedGroup>(
+void set_cuda_backend(CudaBackendHooks hooks) { registered_cuda_backend() = std::move(hooks); }
+
+const CudaBackendHooks* cuda_backend() {
+  const CudaBackendHooks& hooks = registered_cuda_backend();
+  return hooks.make_engine ? &hooks : nullptr;
+}
+
+Backend resolved_backend(const Scenario& s) {
+  if (s.backend != Backend::automatic) return s.backend;
+  const CudaBackendHooks* cuda = cuda_backend();
+  return cuda != nullptr && cuda->gpu_count() > 0 ? Backend::cuda : Backend::cpu;
+}
+
+std::string unsupported_reason(const Scenario& s) {
+  const CudaBackendHooks* cuda = cuda_backend();
+  const bool wants_gpu = s.backend == Backend::cuda || s.ranks == RankKind::nccl;
+  if (!wants_gpu) return "";
+  if (cuda == nullptr) {
+    return "backend cuda: this bih was built without CUDA (rebuild where nvcc is found, or "
+           "-DBIH_CUDA=ON); it is never run on the CPU instead";
+  }
+  const int gpus = cuda->gpu_count();
+  if (gpus == 0) return "backend cuda: no CUDA GPU is visible on this machine";
+  if (s.ranks == RankKind::nccl) {
+    if (!cuda->nccl_unique_id) return "ranks nccl: this bih was built without NCCL";
+    if (gpus < s.tp) {
+      return fmt::format(
+          "ranks nccl at tp={} needs {} GPUs, this machine has {}; NCCL ranks are never "
+          "emulated silently (use parallel.ranks=emulated)",
+          s.tp, s.tp, gpus);
+    }
+  }
+  return "";
+}
+
+EngineBundle make_engine(const Scenario& s, std::shared_ptr<const ModelWeights> host_weights,
+                         const RankAssignment& assignment) {
+  if (resolved_backend(s) == Backend::cuda || s.ranks == RankKind::nccl) {
+    if (std::string why = unsupported_reason(s); !why.empty()) throw InfraError(why);
+    return cuda_backend()->make_engine(s, std::move(host_weights), assignment);
+  }
+  auto weights = host_weights ? std::move(host_weights) : build_model(s);
+  auto group = std::make_shared<EmulatedGroup>(
       s.tp, CollectiveOrders{s.all_reduce, s.reduce_scatter, s.all_gather}, s.ring_order);
   std::vector<Communicator*> comms;
-  for (int r = 0; r < s.tp; ++r) comms.push_back(&b.group->rank(r));
-  b.engine = std::make_unique<Engine>(std::move(weights), engine_options(s), comms);
+  for (int r = 0; r < s.tp; ++r) comms.push_back(&group->rank(r));
+  EngineBundle b;
+  b.resources = group;
+  b.engine = std::make_unique<Engine>(weights, engine_options(s), comms);
+  b.config = weights->config;
+  b.communicator = group->describe();
+  b.backend = b.engine->backend().describe();
+  b.weights_hash = [weights] { return weights_hash(*weights); };
   return b;
 }
 

@@ -33,7 +33,8 @@ Context parse_label(const std::string& label) {
 std::vector<std::vector<TraceEntry>> trace_runs(const Scenario& s,
                                                 std::shared_ptr<const ModelWeights> weights,
                                                 int batch_size, int prompt, int step, int runs) {
-  const auto prompts = make_prompts(s.plan.prompts, weights->config.vocab_size, s.source_file);
+  EngineBundle bundle = make_engine(s, weights);
+  const auto prompts = make_prompts(s.plan.prompts, bundle.config.vocab_size, s.source_file);
   if (prompt < 0 || prompt >= static_cast<int>(prompts.size())) {
     throw InputError("prompt " + std::to_string(prompt) + " is not in the scenario's " +
                      std::to_string(prompts.size()) + " prompts");
@@ -41,7 +42,6 @@ std::vector<std::vector<TraceEntry>> trace_runs(const Scenario& s,
   const int first = prompt / batch_size * batch_size;
   const int last = std::min<int>(static_cast<int>(prompts.size()), first + batch_size);
   const std::vector<std::vector<int32_t>> group(prompts.begin() + first, prompts.begin() + last);
-  EngineBundle bundle = make_engine(s, weights);
   std::vector<std::vector<TraceEntry>> traces;
   for (int r = 0; r < runs; ++r) {
     TraceSink sink;
@@ -135,7 +135,8 @@ Localization localize(const Scenario& s, const std::string& kind, const std::str
   l.prompt = prompt;
   l.step = step;
   const Context ca = parse_label(a_label), cb = parse_label(b_label);
-  auto weights = build_model(s);
+  // Host weights are built once for the CPU backend; the CUDA backend makes its own on the GPU.
+  auto weights = resolved_backend(s) == Backend::cpu ? build_model(s) : nullptr;
   std::vector<TraceEntry> ta, tb;
   if (ca.batch_size == cb.batch_size && !ca.fresh && !cb.fresh) {
     // Same context twice in one engine: run to run, as the repeat comparison ran it.

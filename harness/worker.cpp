@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -59,12 +60,25 @@ int run_worker(const WorkerArgs& args) {
   const Plan plan = make_plan(s.plan);
   const auto& gens = args.fresh ? plan.fresh : plan.in_process;
 
+  const bool writer = args.rank <= 0;  // NCCL ranks other than 0 compute but write nothing
+  if (s.ranks == RankKind::nccl) {
+    if (args.rank < 0 || args.nccl_unique_id.empty()) {
+      throw InputError(args.scenario_file, "/parallel/ranks",
+                       "ranks nccl: the worker needs --rank and --nccl-id (the driver passes them)");
+    }
+    // NCCL reads its environment at communicator creation: the scenario's pins go in first.
+    for (const auto& [key, value] : s.nccl_env) setenv(key.c_str(), value.c_str(), 1);
+  }
+  const auto progress = [writer](const std::string& text) {
+    if (writer) bih::progress(text);
+  };
+
   progress("loading model");
   const auto load_start = std::chrono::steady_clock::now();
-  auto weights = build_model(s);
+  EngineBundle bundle = make_engine(s, nullptr, RankAssignment{args.rank, args.nccl_unique_id});
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  const auto prompts = make_prompts(s.plan.prompts, weights->config.vocab_size, s.source_file);
+  const auto prompts = make_prompts(s.plan.prompts, bundle.config.vocab_size, s.source_file);
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (static_cast<int>(prompts[i].size()) + s.plan.max_tokens > s.plan.max_model_len) {
       throw InputError(s.source_file, "/plan/max_model_len",
@@ -74,13 +88,14 @@ int run_worker(const WorkerArgs& args) {
     }
   }
 
-  EngineBundle bundle = make_engine(s, weights);
   Engine& engine = *bundle.engine;
 
   nlohmann::json meta;
-  meta["model"] = {{"weights_hash", weights_hash(*weights)}, {"load_s", load_s}};
+  meta["model"] = {{"load_s", load_s}};
+  if (writer) meta["model"]["weights_hash"] = bundle.weights_hash();
   if (!s.model.path.empty()) meta["model"]["path"] = s.model.path;
-  meta["communicator"] = bundle.group->describe();
+  meta["communicator"] = bundle.communicator;
+  meta["backend"] = bundle.backend;
   meta["generations"] = nlohmann::json::array();
 
   for (const GenerationSpec& spec : gens) {
@@ -120,9 +135,11 @@ int run_worker(const WorkerArgs& args) {
     g.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     g.steps = stats.steps;
     g.tokens_processed = stats.rows;
-    write_file_atomically(
-        (std::filesystem::path(args.work_dir) / generation_file_name(g.label)).string(),
-        to_json(g).dump());
+    if (writer) {
+      write_file_atomically(
+          (std::filesystem::path(args.work_dir) / generation_file_name(g.label)).string(),
+          to_json(g).dump());
+    }
     meta["generations"].push_back({{"label", g.label},
                                    {"wall_s", g.wall_s},
                                    {"steps", stats.steps},
@@ -131,6 +148,7 @@ int run_worker(const WorkerArgs& args) {
                                    {"sp_steps", stats.sp_steps},
                                    {"prefix_hit_tokens", stats.prefix_hit_tokens}});
   }
+  if (!writer) return 0;
   write_file_atomically(
       (std::filesystem::path(args.work_dir) / (args.fresh ? "meta-fresh.json" : "meta.json"))
           .string(),

@@ -1,88 +1,25 @@
 #include "models/engine.hpp"
 
 #include <algorithm>
-#include <bit>
-#include <exception>
-#include <functional>
 #include <stdexcept>
 #include <string>
-#include <thread>
+
+#include "models/cpu_forward.hpp"
 
 namespace bih {
-
-// One forward pass: the rows every rank runs, identical on all ranks.
-struct Engine::Step {
-  int rows_real = 0;    // M: real tokens
-  int rows_padded = 0;  // after graph padding, then SP padding to a multiple of tp
-  bool sp = false;
-  std::vector<int32_t> tokens;               // [rows_padded]
-  std::vector<int32_t> positions;            // [rows_padded]
-  std::vector<int64_t> slots;                // [rows_padded], -1 for padding
-  std::vector<cpu::AttentionQuery> queries;  // [rows_real]
-  int num_decode = 0;
-  std::vector<int> logit_rows;         // rows whose logits are computed
-  std::vector<bf16> logits;            // [logit_rows, V], written by rank 0
-  std::vector<int32_t> sampled;        // [logit_rows]
-  std::vector<float> sampled_logprob;  // [logit_rows]
-  bool sample = true;
-  // Rows whose activations are captured (every row of the traced sequence in this step) and
-  // their positions in the sequence.
-  std::vector<int> trace_rows;
-  std::vector<int> trace_positions;
-  TraceSink* trace = nullptr;
-};
-
-struct Engine::RankState {
-  RankWeights weights;
-  std::vector<std::vector<bf16>> k_cache;  // per layer [num_blocks, block_size, kv_local, hd]
-  std::vector<std::vector<bf16>> v_cache;
-  std::vector<cpu::KvPool> pools;  // per layer
-};
-
 namespace {
 
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
-std::vector<uint32_t> widen_bits(const bf16* row, int n) {
-  std::vector<uint32_t> out(n);
-  for (int i = 0; i < n; ++i) out[i] = row[i].bits;
-  return out;
-}
-
-std::string gemm_detail(KernelFamily family, int M, int N, int K) {
-  std::string d =
-      "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
-  if (family == KernelFamily::invariant) return d + " (invariant: one K order for every M)";
-  if (M < cpu::kVendorSplitKMaxM) {
-    return d + " (vendor: split-K " + std::to_string(cpu::kVendorSplitK) + " because M < " +
-           std::to_string(cpu::kVendorSplitKMaxM) + ")";
-  }
-  return d + " (vendor: no split-K at this M)";
-}
-
-// FNV-1a over the K and V rows a query attends to on one rank: equal hashes, equal context.
-uint64_t context_hash(const cpu::KvPool& kv, const cpu::AttentionQuery& q) {
-  uint64_t h = 1469598103934665603ull;
-  const size_t row = static_cast<size_t>(kv.num_kv_heads) * kv.head_dim;
-  for (int pos = 0; pos < q.context_len; ++pos) {
-    const size_t slot = static_cast<size_t>(q.block_table[pos / kv.block_size]) * kv.block_size +
-                        pos % kv.block_size;
-    for (const bf16* base : {kv.k + slot * row, kv.v + slot * row}) {
-      for (size_t i = 0; i < row; ++i) {
-        h = (h ^ base[i].bits) * 1099511628211ull;
-      }
-    }
-  }
-  return h;
-}
-
-int pool_blocks(const EngineOptions& o) {
-  const int per_seq = (o.max_model_len + o.block_size - 1) / o.block_size;
-  // With prefix caching, finished sequences' blocks stay cached for later requests.
-  return o.max_num_seqs * per_seq * (o.prefix_caching ? 2 : 1) + 1;
-}
-
 }  // namespace
+
+int max_blocks_per_sequence(const EngineOptions& o) {
+  return (o.max_model_len + o.block_size - 1) / o.block_size;
+}
+
+int kv_pool_blocks(const EngineOptions& o) {
+  return o.max_num_seqs * max_blocks_per_sequence(o) * (o.prefix_caching ? 2 : 1) + 1;
+}
 
 int graph_padded_rows(GraphMode mode, const std::vector<int>& capture_sizes, int rows) {
   if (mode == GraphMode::none) return rows;
@@ -92,241 +29,24 @@ int graph_padded_rows(GraphMode mode, const std::vector<int>& capture_sizes, int
   return rows;  // larger than every capture size: runs eagerly, unpadded
 }
 
+Engine::Engine(int vocab_size, EngineOptions options, std::unique_ptr<ForwardBackend> forward)
+    : vocab_size_(vocab_size),
+      options_(std::move(options)),
+      forward_(std::move(forward)),
+      blocks_(kv_pool_blocks(options_), options_.block_size, options_.prefix_caching) {}
+
 Engine::Engine(std::shared_ptr<const ModelWeights> weights, EngineOptions options,
                std::vector<Communicator*> comms)
-    : weights_(std::move(weights)),
-      options_(std::move(options)),
-      comms_(std::move(comms)),
-      rope_(cpu::RopeTable::make(weights_->config.head_dim, weights_->config.rope_theta,
-                                 options_.max_model_len)),
-      blocks_(pool_blocks(options_), options_.block_size, options_.prefix_caching) {
-  if (static_cast<int>(comms_.size()) != options_.tp) {
-    throw std::invalid_argument("Engine: " + std::to_string(comms_.size()) +
-                                " communicators for tp=" + std::to_string(options_.tp));
-  }
-  const ModelConfig& c = weights_->config;
-  for (int r = 0; r < options_.tp; ++r) {
-    auto state = std::make_unique<RankState>();
-    state->weights = shard_for_rank(*weights_, r, options_.tp);
-    const size_t pool_elems = static_cast<size_t>(blocks_.num_blocks()) * options_.block_size *
-                              state->weights.kv_heads_local * c.head_dim;
-    for (int l = 0; l < c.num_layers; ++l) {
-      state->k_cache.emplace_back(pool_elems);
-      state->v_cache.emplace_back(pool_elems);
-    }
-    for (int l = 0; l < c.num_layers; ++l) {
-      state->pools.push_back(cpu::KvPool{state->k_cache[l].data(), state->v_cache[l].data(),
-                                         blocks_.num_blocks(), options_.block_size,
-                                         state->weights.kv_heads_local, c.head_dim});
-    }
-    ranks_.push_back(std::move(state));
-  }
-}
+    : Engine(weights->config.vocab_size, options,
+             std::make_unique<CpuForward>(weights, options, std::move(comms))) {}
 
 Engine::~Engine() = default;
 
-void Engine::forward_rank(int rank, Step& step) {
-  const ModelConfig& c = weights_->config;
-  const RankWeights& w = ranks_[rank]->weights;
-  Communicator& comm = *comms_[rank];
-  const KernelFamily family = options_.kernels;
-  const int H = c.hidden_size;
-  const int hd = c.head_dim;
-  const int tp = options_.tp;
-  const int Mp = step.rows_padded;
-  const int S = step.sp ? Mp / tp : Mp;  // rows of the residual stream this rank holds
-  const int row0 = step.sp ? rank * S : 0;
-  const int q_cols = w.heads_local * hd;
-  const int kv_cols = w.kv_heads_local * hd;
-  const int qkv_cols = q_cols + 2 * kv_cols;
-  const int I = w.intermediate_local;
-  const float eps = c.rms_norm_eps;
-
-  std::vector<bf16> residual(static_cast<size_t>(S) * H);  // [S, H]
-  std::vector<bf16> h_local(static_cast<size_t>(S) * H);   // [S, H] normed
-  std::vector<bf16> h_full(static_cast<size_t>(Mp) * H);   // [Mp, H] normed, every row
-  std::vector<bf16> partial(static_cast<size_t>(Mp) * H);  // [Mp, H] row-parallel GEMM output
-  std::vector<bf16> reduced(static_cast<size_t>(S) * H);   // [S, H]
-  std::vector<bf16> qkv(static_cast<size_t>(Mp) * qkv_cols);
-  std::vector<bf16> q(static_cast<size_t>(Mp) * q_cols);   // [Mp, heads_local, hd]
-  std::vector<bf16> k(static_cast<size_t>(Mp) * kv_cols);  // [Mp, kv_local, hd]
-  std::vector<bf16> v(static_cast<size_t>(Mp) * kv_cols);
-  std::vector<bf16> attn(static_cast<size_t>(Mp) * q_cols);
-  std::vector<bf16> gate_up(static_cast<size_t>(Mp) * 2 * I);
-  std::vector<bf16> act(static_cast<size_t>(Mp) * I);
-
-  auto gather = [&] {
-    if (step.sp) {
-      comm.all_gather(h_local.data(), h_full.data(), h_local.size());
-    } else {
-      std::copy(h_local.begin(), h_local.end(), h_full.begin());
-    }
-  };
-  // Combines the row-parallel partial sums into this rank's rows of the residual stream.
-  auto reduce = [&] {
-    if (step.sp) {
-      comm.reduce_scatter(partial.data(), reduced.data(), reduced.size());
-    } else {
-      comm.all_reduce(partial.data(), partial.size());
-      std::copy(partial.begin(), partial.end(), reduced.begin());
-    }
-  };
-
-  // Capture of the traced rows: sharded tensors [Mp, cols] are recorded by every rank, residual
-  // stream rows by the rank that holds them (the owner under SP, rank 0 otherwise).
-  const bool tracing = step.trace != nullptr;
-  auto reduce_detail = [&](int row) {
-    return step.sp ? "reduce_scatter(" + comm.describe() + "), row " + std::to_string(row) +
-                         " owned by rank " + std::to_string(row / S) + " of " + std::to_string(tp) +
-                         ", " + std::to_string(Mp) + " padded rows"
-                   : "all_reduce(" + comm.describe() + ") of " + std::to_string(Mp) + " rows";
-  };
-  auto record_sharded = [&](int layer, const char* op, const std::vector<bf16>& tensor, int cols,
-                            const std::string& detail) {
-    for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
-      const bf16* row = tensor.data() + static_cast<size_t>(step.trace_rows[i]) * cols;
-      step.trace->record(
-          TraceEntry{layer, op, rank, step.trace_positions[i], detail, widen_bits(row, cols)});
-    }
-  };
-  auto record_stream = [&](int layer, const char* op, const std::vector<bf16>& local_tensor,
-                           const std::function<std::string(int)>& detail) {
-    for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
-      const int row = step.trace_rows[i];
-      if (step.sp ? row / S != rank : rank != 0) continue;
-      const bf16* src = local_tensor.data() + static_cast<size_t>(row - row0) * H;
-      step.trace->record(
-          TraceEntry{layer, op, -1, step.trace_positions[i], detail(row), widen_bits(src, H)});
-    }
-  };
-  auto fixed = [](const char* text) { return [text](int) { return std::string(text); }; };
-
-  cpu::embedding(w.embed_tokens, step.tokens.data() + row0, residual.data(), S, H);
-  record_stream(-1, "embedding", residual, fixed("embedding lookup"));
-  cpu::rms_norm(residual.data(), w.layers[0].input_layernorm, h_local.data(), S, H, eps);
-  record_stream(0, "attn_norm", h_local, fixed("rms_norm"));
-  gather();
-
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    const RankLayerWeights& lw = w.layers[l];
-    const int L = static_cast<int>(l);
-    cpu::gemm(family, h_full.data(), lw.qkv.data(), qkv.data(), Mp, qkv_cols, H);
-    if (tracing) record_sharded(L, "qkv", qkv, qkv_cols, gemm_detail(family, Mp, qkv_cols, H));
-    for (int m = 0; m < Mp; ++m) {
-      const bf16* row = qkv.data() + static_cast<size_t>(m) * qkv_cols;
-      std::copy(row, row + q_cols, q.data() + static_cast<size_t>(m) * q_cols);
-      std::copy(row + q_cols, row + q_cols + kv_cols, k.data() + static_cast<size_t>(m) * kv_cols);
-      std::copy(row + q_cols + kv_cols, row + qkv_cols,
-                v.data() + static_cast<size_t>(m) * kv_cols);
-    }
-    cpu::head_norm_rope(q.data(), lw.q_norm, step.positions.data(), Mp, w.heads_local, hd, eps,
-                        rope_);
-    cpu::head_norm_rope(k.data(), lw.k_norm, step.positions.data(), Mp, w.kv_heads_local, hd, eps,
-                        rope_);
-    if (tracing) {
-      record_sharded(L, "q_norm_rope", q, q_cols, "q rms_norm + rope");
-      record_sharded(L, "k_norm_rope", k, kv_cols, "k rms_norm + rope");
-    }
-    const cpu::KvPool& pool = ranks_[rank]->pools[l];
-    cpu::write_kv(pool, k.data(), v.data(), step.slots.data(), Mp);
-    std::fill(attn.begin(), attn.end(), bf16{});
-    cpu::attention(family, q.data(), pool, step.queries.data(), step.rows_real, w.heads_local,
-                   step.num_decode, attn.data());
-    for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
-      const int row = step.trace_rows[i];
-      const cpu::AttentionQuery& query = step.queries[row];
-      std::string detail = "attention over " + std::to_string(query.context_len) + " keys";
-      if (family == KernelFamily::vendor && query.decode) {
-        detail += " (vendor decode: " + std::to_string(cpu::vendor_decode_splits(step.num_decode)) +
-                  " KV splits for " + std::to_string(step.num_decode) + " decode queries)";
-      } else {
-        detail += " (tiles of " + std::to_string(cpu::kAttentionTile) + " absolute positions)";
-      }
-      step.trace->record(
-          TraceEntry{L, "attention", rank, step.trace_positions[i], detail,
-                     widen_bits(attn.data() + static_cast<size_t>(row) * q_cols, q_cols), false,
-                     context_hash(pool, query)});
-    }
-    cpu::gemm(family, attn.data(), lw.o_proj.data(), partial.data(), Mp, H, q_cols);
-    if (tracing) record_sharded(L, "o_proj", partial, H, gemm_detail(family, Mp, H, q_cols));
-    reduce();
-    record_stream(L, "attn_reduce", reduced, reduce_detail);
-    cpu::add_rms_norm(residual.data(), reduced.data(), lw.post_attention_layernorm, h_local.data(),
-                      S, H, eps);
-    record_stream(L, "attn_residual", residual, fixed("residual add"));
-    record_stream(L, "mlp_norm", h_local, fixed("rms_norm"));
-    gather();
-
-    cpu::gemm(family, h_full.data(), lw.gate_up.data(), gate_up.data(), Mp, 2 * I, H);
-    cpu::silu_mul(gate_up.data(), act.data(), Mp, I);
-    cpu::gemm(family, act.data(), lw.down.data(), partial.data(), Mp, H, I);
-    if (tracing) {
-      record_sharded(L, "gate_up", gate_up, 2 * I, gemm_detail(family, Mp, 2 * I, H));
-      record_sharded(L, "act", act, I, "silu(gate) * up");
-      record_sharded(L, "down", partial, H, gemm_detail(family, Mp, H, I));
-    }
-    reduce();
-    record_stream(L, "mlp_reduce", reduced, reduce_detail);
-    const bool last = l + 1 == w.layers.size();
-    const bf16* next_norm = last ? w.final_norm : w.layers[l + 1].input_layernorm;
-    cpu::add_rms_norm(residual.data(), reduced.data(), next_norm, h_local.data(), S, H, eps);
-    record_stream(L, "mlp_residual", residual, fixed("residual add"));
-    record_stream(last ? -1 : L + 1, last ? "final_norm" : "attn_norm", h_local, fixed("rms_norm"));
-    gather();
-  }
-
-  // Vocab-parallel lm_head on the rows that need logits, gathered to full rows.
-  const int Ms = static_cast<int>(step.logit_rows.size());
-  const int Vl = w.vocab_local;
-  std::vector<bf16> selected(static_cast<size_t>(Ms) * H);  // [Ms, H]
-  for (int i = 0; i < Ms; ++i) {
-    const bf16* src = h_full.data() + static_cast<size_t>(step.logit_rows[i]) * H;
-    std::copy(src, src + H, selected.data() + static_cast<size_t>(i) * H);
-  }
-  std::vector<bf16> logits_local(static_cast<size_t>(Ms) * Vl);  // [Ms, Vl]
-  cpu::gemm(family, selected.data(), w.lm_head.data(), logits_local.data(), Ms, Vl, H);
-  // The traced sequence's sampled row is its last traced row, when it samples in this step.
-  const long traced_logit =
-      tracing ? std::find(step.logit_rows.begin(), step.logit_rows.end(), step.trace_rows.back()) -
-                    step.logit_rows.begin()
-              : Ms;
-  if (traced_logit < Ms) {
-    step.trace->record(
-        TraceEntry{-1, "lm_head", rank, step.trace_positions.back(), gemm_detail(family, Ms, Vl, H),
-                   widen_bits(logits_local.data() + static_cast<size_t>(traced_logit) * Vl, Vl)});
-  }
-  std::vector<bf16> gathered(static_cast<size_t>(tp) * Ms * Vl);  // [tp, Ms, Vl]
-  comm.all_gather(logits_local.data(), gathered.data(), logits_local.size());
-  if (rank != 0) return;
-  const int V = c.vocab_size;
-  step.logits.resize(static_cast<size_t>(Ms) * V);
-  for (int r = 0; r < tp; ++r) {
-    for (int i = 0; i < Ms; ++i) {
-      const bf16* src = gathered.data() + (static_cast<size_t>(r) * Ms + i) * Vl;
-      std::copy(src, src + Vl, step.logits.data() + static_cast<size_t>(i) * V + r * Vl);
-    }
-  }
-  if (step.sample) {
-    step.sampled.resize(Ms);
-    step.sampled_logprob.resize(Ms);
-    cpu::greedy_sample(step.logits.data(), Ms, V, step.sampled.data(), step.sampled_logprob.data());
-    if (traced_logit < Ms) {
-      step.trace->record(TraceEntry{-1,
-                                    "logprob",
-                                    -1,
-                                    step.trace_positions.back(),
-                                    "log-softmax over " + std::to_string(V) + " logits, token " +
-                                        std::to_string(step.sampled[traced_logit]),
-                                    {std::bit_cast<uint32_t>(step.sampled_logprob[traced_logit]),
-                                     static_cast<uint32_t>(step.sampled[traced_logit])},
-                                    true});
-    }
-  }
-}
-
-void Engine::pad_step(Step& step) const {
+void Engine::pad_step(StepBatch& step) const {
   step.rows_real = static_cast<int>(step.tokens.size());
   int rows = graph_padded_rows(options_.graph_mode, options_.capture_sizes, step.rows_real);
+  step.graph_padded = options_.graph_mode != GraphMode::none && !options_.capture_sizes.empty() &&
+                      step.rows_real <= options_.capture_sizes.back();
   // SP pads to a multiple of tp and applies only from min_tokens (vLLM's sp_min_token_num).
   const int sp_rows = round_up(rows, options_.tp);
   step.sp = options_.sp_enabled && options_.tp > 1 && sp_rows >= options_.sp_min_tokens;
@@ -337,41 +57,9 @@ void Engine::pad_step(Step& step) const {
   step.slots.resize(rows, -1);
 }
 
-void Engine::run_step(Step& step) {
-  const int tp = options_.tp;
-  std::vector<std::exception_ptr> errors(tp);
-  auto run_rank = [&](int r) {
-    try {
-      forward_rank(r, step);
-    } catch (...) {
-      errors[r] = std::current_exception();
-      comms_[r]->abort("rank " + std::to_string(r) + " failed during a forward step");
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(tp - 1);
-  for (int r = 1; r < tp; ++r) threads.emplace_back(run_rank, r);
-  run_rank(0);
-  for (auto& t : threads) t.join();
-  // Prefer the root cause over the CommAborted it triggered on the peers.
-  std::exception_ptr first_abort;
-  for (auto& e : errors) {
-    if (!e) continue;
-    try {
-      std::rethrow_exception(e);
-    } catch (const CommAborted&) {
-      if (!first_abort) first_abort = e;
-    } catch (...) {
-      throw;
-    }
-  }
-  if (first_abort) std::rethrow_exception(first_abort);
-}
-
 std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
                                              int max_tokens, GenerateStats* stats,
                                              const StepCallback& on_step) {
-  const ModelConfig& c = weights_->config;
   if (static_cast<int>(prompts.size()) > options_.max_num_seqs) {
     throw std::invalid_argument(
         "generate: " + std::to_string(prompts.size()) +
@@ -401,9 +89,9 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
           " exceeds max_model_len=" + std::to_string(options_.max_model_len));
     }
     for (int32_t t : s.tokens) {
-      if (t < 0 || t >= c.vocab_size) {
+      if (t < 0 || t >= vocab_size_) {
         throw std::invalid_argument("generate: token id " + std::to_string(t) +
-                                    " outside the vocabulary [0, " + std::to_string(c.vocab_size) +
+                                    " outside the vocabulary [0, " + std::to_string(vocab_size_) +
                                     ")");
       }
     }
@@ -414,7 +102,7 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
 
   int finished = 0;
   while (finished < static_cast<int>(seqs.size())) {
-    Step step;
+    StepBatch step;
     struct RowSpan {
       int seq;
       int count;
@@ -462,7 +150,7 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
       add_rows(static_cast<int>(i), std::min(s.prompt_len - s.num_computed, budget), false);
     }
     pad_step(step);
-    run_step(step);
+    forward_->run(step);
     ++st.steps;
     st.rows += step.rows_padded;
     st.real_rows += step.rows_real;
@@ -496,7 +184,7 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
 std::vector<bf16> Engine::prefill_logits(const std::vector<int32_t>& tokens) {
   std::vector<int32_t> table;
   blocks_.ensure_capacity(static_cast<int>(tokens.size()), table);
-  Step step;
+  StepBatch step;
   step.sample = false;
   const int T = static_cast<int>(tokens.size());
   for (int pos = 0; pos < T; ++pos) {
@@ -509,7 +197,7 @@ std::vector<bf16> Engine::prefill_logits(const std::vector<int32_t>& tokens) {
     step.logit_rows.push_back(pos);
   }
   pad_step(step);
-  run_step(step);
+  forward_->run(step);
   blocks_.release(table);
   return std::move(step.logits);
 }

@@ -1,10 +1,11 @@
-// engine.hpp: the Qwen3 engine under test on the CPU backend, TP ranks as threads.
+// engine.hpp: the Qwen3 engine under test: a serving scheduler over a forward backend.
 //
 // Engine::generate runs a group of prompts to completion the way a serving engine does: a
 // scheduler fills each step with decode rows and (chunks of) prefills, the paged KV cache (with
-// prefix caching) gives every row its context, the batch is padded to a CUDA graph capture size,
-// and every TP rank runs its shard of the forward on its own thread, combining partial sums
-// through its Communicator. All knobs that can move bits are in EngineOptions.
+// prefix caching) gives every row its context, the batch is padded to a CUDA graph capture size
+// (and to a multiple of tp under SP), and the ForwardBackend (forward.hpp) runs the step on every
+// TP rank: the CPU backend (ranks as threads) or the CUDA one. All knobs that can move bits are in
+// EngineOptions.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@
 #include <vector>
 
 #include "models/comm/communicator.hpp"
-#include "models/cpu/kernels.hpp"
+#include "models/forward.hpp"
 #include "models/knobs.hpp"
 #include "models/kv_cache.hpp"
 #include "models/tp_shard.hpp"
@@ -22,20 +23,6 @@
 #include "models/weights.hpp"
 
 namespace bih {
-
-struct EngineOptions {
-  KernelFamily kernels = KernelFamily::invariant;
-  int tp = 1;
-  bool sp_enabled = false;
-  int sp_min_tokens = 1;
-  GraphMode graph_mode = GraphMode::none;
-  std::vector<int> capture_sizes{1, 2, 4, 8, 16, 32, 64};
-  bool prefix_caching = false;
-  int block_size = 16;
-  int chunked_prefill_max_tokens = 0;  // 0: whole prompts in one step
-  int max_model_len = 512;
-  int max_num_seqs = 64;
-};
 
 struct SequenceResult {
   std::vector<int32_t> tokens;  // [max_tokens]
@@ -55,7 +42,9 @@ using StepCallback = std::function<void(int64_t, int, int)>;
 
 class Engine {
  public:
-  // `comms[r]` is rank r's communicator (size tp); they must outlive the engine.
+  // Over any backend; vocab_size bounds the prompts' token ids.
+  Engine(int vocab_size, EngineOptions options, std::unique_ptr<ForwardBackend> forward);
+  // The CPU backend: `comms[r]` is rank r's communicator (size tp); they must outlive the engine.
   Engine(std::shared_ptr<const ModelWeights> weights, EngineOptions options,
          std::vector<Communicator*> comms);
   ~Engine();
@@ -63,6 +52,7 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   const EngineOptions& options() const { return options_; }
+  const ForwardBackend& backend() const { return *forward_; }
 
   // Generates max_tokens greedy tokens for every prompt, all of them in flight together (so
   // prompts.size() is the batch size; at most max_num_seqs). The KV cache, prefix cache included,
@@ -82,17 +72,11 @@ class Engine {
   std::vector<bf16> prefill_logits(const std::vector<int32_t>& tokens);
 
  private:
-  struct Step;
-  struct RankState;
-  void pad_step(Step& step) const;
-  void run_step(Step& step);
-  void forward_rank(int rank, Step& step);
+  void pad_step(StepBatch& step) const;
 
-  std::shared_ptr<const ModelWeights> weights_;
+  int vocab_size_ = 0;
   EngineOptions options_;
-  std::vector<Communicator*> comms_;
-  std::vector<std::unique_ptr<RankState>> ranks_;
-  cpu::RopeTable rope_;
+  std::unique_ptr<ForwardBackend> forward_;
   BlockManager blocks_;
   TraceRequest trace_request_;
   TraceSink* trace_sink_ = nullptr;

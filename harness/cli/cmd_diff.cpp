@@ -49,6 +49,8 @@ Command add_worker_command(CLI::App& app) {
   cmd->add_option("--scenario", args->scenario_file)->required();
   cmd->add_option("--work", args->work_dir)->required();
   cmd->add_flag("--fresh", args->fresh);
+  cmd->add_option("--rank", args->rank, "ranks nccl: this process's TP rank (its GPU)");
+  cmd->add_option("--nccl-id", args->nccl_unique_id, "ranks nccl: the communicator's unique id");
   return {cmd, [args] { return run_worker(*args); }};
 }
 

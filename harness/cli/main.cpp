@@ -7,6 +7,7 @@
 #include "harness/cli/commands.hpp"
 #include "harness/errors.hpp"
 #if defined(BIH_HAVE_CUDA)
+#include "models/cuda/cuda_engine.hpp"
 #include "models/cuda/device_info.hpp"
 #endif
 
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   }
 #if defined(BIH_HAVE_CUDA)
   bih::cuda::register_environment_provider();
+  bih::cuda::register_cuda_backend();
 #endif
   try {
     for (const auto& command : commands) {

@@ -1,0 +1,78 @@
+// forward.hpp: one forward step as the scheduler hands it to a backend, and the backend interface.
+//
+// The Engine (engine.hpp) owns scheduling, the paged KV block manager and padding; a
+// ForwardBackend owns the weights, the KV tensors and the ranks, and runs one StepBatch through
+// the model: the CPU backend (cpu_forward.hpp, ranks as threads) or the CUDA backend
+// (models/cuda/cuda_forward.hpp). Both see exactly the same StepBatch, so the scheduler cannot be
+// a reason for their outputs to differ.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "models/bf16.hpp"
+#include "models/cpu/kernels.hpp"
+#include "models/knobs.hpp"
+#include "models/trace.hpp"
+
+namespace bih {
+
+struct EngineOptions {
+  KernelFamily kernels = KernelFamily::invariant;
+  int tp = 1;
+  bool sp_enabled = false;
+  int sp_min_tokens = 1;
+  GraphMode graph_mode = GraphMode::none;
+  std::vector<int> capture_sizes{1, 2, 4, 8, 16, 32, 64};
+  bool prefix_caching = false;
+  int block_size = 16;
+  int chunked_prefill_max_tokens = 0;  // 0: whole prompts in one step
+  int max_model_len = 512;
+  int max_num_seqs = 64;
+};
+
+// Blocks in the paged KV pool: every running sequence at max_model_len, twice over with prefix
+// caching (finished sequences' blocks stay cached for later requests), plus one.
+int kv_pool_blocks(const EngineOptions& options);
+// Entries of a block table: blocks of one sequence at max_model_len.
+int max_blocks_per_sequence(const EngineOptions& options);
+
+// FNV-1a over the K and V rows a query attends to on one rank, in position order: equal hashes,
+// equal attention context (trace entries of the attention op carry it).
+uint64_t kv_context_hash(const cpu::KvPool& kv, const cpu::AttentionQuery& query);
+
+// One forward pass: the rows every rank runs, identical on all ranks.
+struct StepBatch {
+  int rows_real = 0;    // M: real tokens
+  int rows_padded = 0;  // after graph padding, then SP padding to a multiple of tp
+  bool graph_padded = false;  // graphs on and rows_real within the capture sizes: a graph may run it
+  bool sp = false;
+  std::vector<int32_t> tokens;               // [rows_padded]
+  std::vector<int32_t> positions;            // [rows_padded]
+  std::vector<int64_t> slots;                // [rows_padded], -1 for padding
+  std::vector<cpu::AttentionQuery> queries;  // [rows_real]
+  int num_decode = 0;
+  std::vector<int> logit_rows;         // rows whose logits are computed
+  std::vector<bf16> logits;            // [logit_rows, V] when !sample
+  std::vector<int32_t> sampled;        // [logit_rows] when sample
+  std::vector<float> sampled_logprob;  // [logit_rows] when sample
+  bool sample = true;
+  // Rows whose activations are captured (every row of the traced sequence in this step) and
+  // their positions in the sequence.
+  std::vector<int> trace_rows;
+  std::vector<int> trace_positions;
+  TraceSink* trace = nullptr;
+};
+
+class ForwardBackend {
+ public:
+  virtual ~ForwardBackend() = default;
+  // Runs `step` through the model on every rank: sampled/sampled_logprob for the logit rows, or
+  // their full logits when !step.sample; trace entries when step.trace is set. Throws on failure
+  // (a rank's error, a CommAborted from a peer's failure).
+  virtual void run(StepBatch& step) = 0;
+  // "cpu", "cuda(H200 x1)": for messages.
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace bih
