@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call, for a machine with NVIDIA GPUs (the `device` tool runs it as
-# `bash ci/device-check.sh`): builds bih with CUDA for Hopper (ninja -j16, sm_90), runs the GPU tests
-# (label gpu: CUDA kernels, pinned GEMM, emulated-on-GPU collectives, NCCL fingerprint), the GEMM
-# benchmark (invariant vs cuBLAS defaults), the NCCL order fingerprint under several NCCL_ALGO
-# settings and every op probe, and writes everything under $OUT (default out/device):
-# summary.txt and device-results.tgz.
+# `bash ci/device-check.sh`): builds bih with CUDA for Hopper (ninja -j16, sm_90), then runs
+#   tests    the GPU tests (label gpu: kernels, pinned GEMM, emulated-on-GPU collectives, NCCL
+#            communicator and fingerprint, device weights, CUDA engine, CUDA probes)
+#   bench    the GEMM benchmark (invariant vs cuBLAS defaults) and the decode step vs the HBM floor
+#   probes   `bih probe nccl` under several NCCL_ALGO settings and `bih probe all`
+#   matrix   scenarios/issue-56370-gpu.json (qwen3-1.7b on the CUDA backend), filtered by
+#            MATRIX_ONLY (a --only glob; default every scenario), with localization on
+#   explain  `bih explain` of the TP=4 SP ring report (the first divergent op on the GPU)
+#   cpu      the CPU matrix scenarios/issue-56370.json on this host
+# STAGES selects them (default "tests bench probes matrix explain"). Everything lands under $OUT
+# (default out/device): summary.txt and device-results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out/device}
+STAGES=${STAGES:-tests bench probes matrix explain}
+MATRIX_ONLY=${MATRIX_ONLY:-}
 mkdir -p "$OUT/results"
 R="$OUT/results"
 # NVLink multicast stays off on shared machines (DESIGN.md, KINDS.md).
 export NCCL_NVLS_ENABLE=0 NCCL_COLLNET_ENABLE=0
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
+stage() { [[ " $STAGES " == *" $1 "* ]]; }
 : >"$OUT/summary.txt"
 
 nvidia-smi >"$R/nvidia-smi.txt" 2>&1
 nvidia-smi topo -m >>"$R/nvidia-smi.txt" 2>&1
-summary "gpus: $(nvidia-smi --query-gpu=name --format=csv,noheader | paste -sd, -)"
+summary "gpus: $(nvidia-smi --query-gpu=name --format=csv,noheader | paste -sd, -); stages: $STAGES"
 
 build=build-device
 start=$(date +%s)
@@ -25,37 +34,70 @@ if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIH_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DBIH_BUILD_BENCH=ON >"$R/configure.log" 2>&1 ||
    ! cmake --build "$build" -j16 --target bih bih_gpu_tests bih_cuda_bench >"$R/build.log" 2>&1; then
   summary "BUILD FAILED (see results/configure.log, results/build.log)"
-  tail -30 "$R/build.log" "$R/configure.log" 2>/dev/null
+  grep -E "error|Error" "$R/build.log" | head -40
+  tail -30 "$R/configure.log" 2>/dev/null
   tar -czf "$OUT/device-results.tgz" -C "$OUT" results
   exit 1
 fi
 summary "build: $(( $(date +%s) - start )) s"
 
-"$build/bih_gpu_tests" --gtest_output="json:$R/gpu-tests.json" >"$R/gpu-tests.log" 2>&1
-summary "gpu tests: exit $? ($(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$R/gpu-tests.log" | paste -sd';' -))"
+if stage tests; then
+  t=$(date +%s)
+  "$build/bih_gpu_tests" ${GTEST_FILTER:+--gtest_filter="$GTEST_FILTER"} \
+    --gtest_output="json:$R/gpu-tests.json" >"$R/gpu-tests.log" 2>&1
+  summary "gpu tests: exit $? in $(( $(date +%s) - t )) s ($(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$R/gpu-tests.log" | paste -sd';' -))"
+  grep -E '^\[  FAILED  \]|Failure|error:' "$R/gpu-tests.log" | head -40
+fi
 
-"$build/bih_cuda_bench" --benchmark_out="$R/bench-cuda-gemm.json" --benchmark_out_format=json \
-  >"$R/bench-cuda-gemm.txt" 2>&1
-summary "cuda gemm bench: exit $?"
+if stage bench; then
+  t=$(date +%s)
+  "$build/bih_cuda_bench" --benchmark_out="$R/bench-cuda.json" --benchmark_out_format=json \
+    >"$R/bench-cuda.txt" 2>&1
+  summary "cuda bench: exit $? in $(( $(date +%s) - t )) s"
+  grep -E "^BM_" "$R/bench-cuda.txt" | head -60
+fi
 
-for algo in default allreduce:ring allreduce:tree; do
-  name=${algo//:/-}
-  if [ "$algo" = default ]; then
-    "$build/bih" probe nccl --json "$R/probe-nccl-$name.json" >"$R/probe-nccl-$name.txt" 2>&1
+if stage probes; then
+  for algo in default allreduce:ring allreduce:tree; do
+    name=${algo//:/-}
+    if [ "$algo" = default ]; then
+      "$build/bih" probe nccl --json "$R/probe-nccl-$name.json" >"$R/probe-nccl-$name.txt" 2>&1
+    else
+      NCCL_ALGO=$algo "$build/bih" probe nccl --json "$R/probe-nccl-$name.json" \
+        >"$R/probe-nccl-$name.txt" 2>&1
+    fi
+    summary "probe nccl ($algo): exit $?"
+  done
+  t=$(date +%s)
+  "$build/bih" probe all --json "$R/probe-all.json" >"$R/probe-all.txt" 2>&1
+  summary "probe all: exit $? in $(( $(date +%s) - t )) s ($(tail -1 "$R/probe-all.txt"))"
+  grep -E "✗|variant.*expect" "$R/probe-all.txt" | head -20
+fi
+
+if stage matrix; then
+  t=$(date +%s)
+  "$build/bih" run scenarios/issue-56370-gpu.json ${MATRIX_ONLY:+--only "$MATRIX_ONLY"} \
+    --set localize=true --out "$R/issue-56370-gpu" >"$R/issue-56370-gpu.txt" 2>&1
+  summary "issue-56370-gpu: exit $? in $(( $(date +%s) - t )) s"
+  grep -vE "^\[|^ *(step|fresh)" "$R/issue-56370-gpu.txt" | tail -40
+fi
+
+if stage explain; then
+  report=$(ls "$R"/issue-56370-gpu/*tp=4,sp=on*rs=ring*graph=none*prefix=off*.json 2>/dev/null | head -1)
+  if [ -n "$report" ]; then
+    "$build/bih" explain "$report" >"$R/explain-tp4-sp-ring.txt" 2>&1
+    summary "explain tp4 sp ring (GPU): exit $?"
+    head -30 "$R/explain-tp4-sp-ring.txt"
   else
-    NCCL_ALGO=$algo "$build/bih" probe nccl --json "$R/probe-nccl-$name.json" \
-      >"$R/probe-nccl-$name.txt" 2>&1
+    summary "explain: no TP=4 SP ring report to explain (matrix stage filtered it out)"
   fi
-  summary "probe nccl ($algo): exit $?"
-done
-"$build/bih" probe all --json "$R/probe-all.json" >"$R/probe-all.txt" 2>&1
-summary "probe all: exit $? ($(tail -1 "$R/probe-all.txt"))"
+fi
 
-"$build/bih" run scenarios/issue-56370.json --out "$R/issue-56370" >"$R/issue-56370.txt" 2>&1
-summary "issue-56370 (CPU engine on this host): exit $? ($(tail -2 "$R/issue-56370.txt" | head -1))"
+if stage cpu; then
+  "$build/bih" run scenarios/issue-56370.json --out "$R/issue-56370" >"$R/issue-56370.txt" 2>&1
+  summary "issue-56370 (CPU engine on this host): exit $? ($(tail -2 "$R/issue-56370.txt" | head -1))"
+fi
 
 tar -czf "$OUT/device-results.tgz" -C "$OUT" results
-grep -E "^BM_|ratio" "$R/bench-cuda-gemm.txt" | head -60
-cat "$R/probe-nccl-default.txt"
 echo "-----"
 cat "$OUT/summary.txt"

@@ -48,6 +48,10 @@ const char* ansi_color(Verdict v) {
 
 }  // namespace
 
+bool unchecked_here(Verdict verdict, const std::optional<Verdict>& expect) {
+  return verdict == Verdict::unsupported && expect && *expect != Verdict::unsupported;
+}
+
 bool should_use_color(int fd) {
   const char* no_color = std::getenv("NO_COLOR");
   if (no_color && *no_color) return false;
@@ -64,13 +68,14 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
   std::map<Verdict, int> totals;
   int unmet = 0;
   for (const TableRow& r : rows) {
-    const bool has_expect = r.expect.has_value();
+    // An unsupported verdict claims nothing on this machine: neither met nor unmet.
+    const bool has_expect = r.expect.has_value() && !unchecked_here(r.verdict, r.expect);
     const bool met = has_expect && *r.expect == r.verdict;
     unmet += has_expect && !met;
     ++totals[r.verdict];
     cells.push_back(
         {has_expect ? (met ? "✓" : "✗") : "", r.id, to_string(r.verdict),
-         has_expect ? to_string(*r.expect) : "-", r.batch_summary.empty() ? "-" : r.batch_summary,
+         r.expect ? to_string(*r.expect) : "-", r.batch_summary.empty() ? "-" : r.batch_summary,
          r.repeat_summary.empty() ? "-" : r.repeat_summary, fmt::format("{:.1f}s", r.wall_s)});
   }
   std::array<size_t, kColumns> widths{};

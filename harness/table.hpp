@@ -26,6 +26,10 @@ bool should_use_color(int fd);
 // blank without one), scenario id, verdict (coloured when `color`), expect, batch and repeat
 // summaries ('-' when empty), wall time. The last line counts rows per verdict and unmet
 // expectations. Every line ends with '\n'.
+// The scenario expects a verdict this machine cannot produce (it answered `unsupported`): the
+// claim is unchecked here, neither met nor a failure.
+bool unchecked_here(Verdict verdict, const std::optional<Verdict>& expect);
+
 std::string render_table(const std::vector<TableRow>& rows, bool color = false);
 
 }  // namespace bih

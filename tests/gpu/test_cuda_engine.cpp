@@ -44,17 +44,17 @@ std::vector<std::vector<int32_t>> prompts(int count) {
   return make_prompts(spec, 2048, "test");
 }
 
-struct Run {
+struct BothRuns {
   std::vector<SequenceResult> batched;
   std::vector<SequenceResult> alone;
 };
 
 // The prompts together in one batch, then each alone, in one engine.
-Run run_both(const Scenario& s, int count, int max_tokens) {
+BothRuns run_both(const Scenario& s, int count, int max_tokens) {
   register_cuda_backend_once();
   EngineBundle b = make_engine(s);
   const auto ps = prompts(count);
-  Run run;
+  BothRuns run;
   run.batched = b.engine->generate(ps, max_tokens);
   for (const auto& p : ps) run.alone.push_back(b.engine->generate({p}, max_tokens)[0]);
   return run;
@@ -105,7 +105,7 @@ TEST_P(CudaEngineInvariance, InvariantFamilyIsBitwiseBatchInvariant) {
   s.sp_enabled = tp > 1;
   s.reduce_scatter = ReduceOrder::fixed;  // an invariant order, so any difference is a kernel's
   s.all_reduce = ReduceOrder::tree;
-  const Run run = run_both(s, 12, 8);
+  const BothRuns run = run_both(s, 12, 8);
   EXPECT_EQ(differing(run.batched, run.alone), 0);
 }
 
@@ -140,7 +140,7 @@ TEST(CudaEngine, Tp4SequenceParallelRingIsBatchVariantAsOnTheCpu) {
   Scenario s = tiny_scenario(Backend::cuda, 4);
   s.sp_enabled = true;
   s.reduce_scatter = ReduceOrder::ring;
-  const Run run = run_both(s, 12, 8);
+  const BothRuns run = run_both(s, 12, 8);
   EXPECT_GT(differing(run.batched, run.alone), 0);
 }
 
@@ -148,7 +148,7 @@ TEST(CudaEngine, VendorKernelsAreBatchVariant) {
   BIH_SKIP_WITHOUT_GPU();
   Scenario s = tiny_scenario(Backend::cuda, 1);
   s.kernels = KernelFamily::vendor;
-  const Run run = run_both(s, 12, 8);
+  const BothRuns run = run_both(s, 12, 8);
   EXPECT_GT(differing(run.batched, run.alone), 0);
 }
 

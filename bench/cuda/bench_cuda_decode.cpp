@@ -1,0 +1,119 @@
+// bench_cuda_decode.cpp: the CUDA engine's decode step against the HBM floor, side by side.
+//
+// The floor of a decode step is the time to read every weight once: the model's device bytes
+// (qwen3-1.7b at TP=1: its layers plus the tied embedding that lm_head reads) divided by the
+// device-to-device copy bandwidth measured in the same run (a copy reads and writes, so bandwidth
+// = 2 * bytes / time). The step time is the engine's own: generate() over the same prompts with
+// max_tokens 8 and 8 + kDecodeSteps, and the difference divided by kDecodeSteps, so prefill,
+// warm-up and graph capture cancel out. Counters: step_ms, floor_ms, x_floor (step / floor).
+// Benchmarks: bs 1 and 64, graph modes none and full (the target: bs=1 `full` within 1.3x).
+#include <benchmark/benchmark.h>
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "harness/engine_setup.hpp"
+#include "harness/plan.hpp"
+#include "harness/scenario.hpp"
+#include "models/cuda/check.hpp"
+#include "models/cuda/cuda_engine.hpp"
+#include "models/cuda/device_weights.hpp"
+
+namespace {
+
+constexpr int kDecodeSteps = 32;
+
+// Device-to-device copy bandwidth (bytes read + bytes written per second) over a 2 GiB copy.
+double copy_bandwidth() {
+  static const double bandwidth = [] {
+    const size_t bytes = size_t{1} << 31;
+    void* a = nullptr;
+    void* b = nullptr;
+    cudaCheck(cudaMalloc(&a, bytes));
+    cudaCheck(cudaMalloc(&b, bytes));
+    cudaEvent_t start, stop;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&stop));
+    cudaCheck(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));  // warm-up
+    float best_ms = 1e30f;
+    for (int i = 0; i < 5; ++i) {
+      cudaCheck(cudaEventRecord(start));
+      cudaCheck(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+      cudaCheck(cudaEventRecord(stop));
+      cudaCheck(cudaEventSynchronize(stop));
+      float ms = 0;
+      cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+      best_ms = std::min(best_ms, ms);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFree(a);
+    cudaFree(b);
+    return 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3);
+  }();
+  return bandwidth;
+}
+
+void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+    state.SkipWithError("no CUDA GPU visible");
+    return;
+  }
+  static const bool registered = (bih::cuda::register_cuda_backend(), true);
+  (void)registered;
+  bih::Scenario s;
+  s.model.preset = "qwen3-1.7b";
+  s.backend = bih::Backend::cuda;
+  s.tp = 1;
+  s.graph_mode = mode;
+  bih::EngineBundle bundle = bih::make_engine(s);
+  bih::PromptSpec spec;
+  spec.count = batch_size;
+  spec.min_len = 16;
+  spec.max_len = 16;
+  const auto prompts = bih::make_prompts(spec, bundle.config.vocab_size, "bench");
+  const auto model_bytes = bih::cuda::DeviceModel::synthetic(bundle.config, 0, 1, {0}, 0).bytes();
+  const double floor_s = static_cast<double>(model_bytes) / copy_bandwidth();
+
+  auto timed = [&](int max_tokens) {
+    const auto start = std::chrono::steady_clock::now();
+    bundle.engine->generate(prompts, max_tokens);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  timed(8 + kDecodeSteps);  // warm-up: pins GEMMs, captures graphs for every padded size
+  double step_s = 0;
+  for (auto _ : state) {
+    const double short_run = timed(8);
+    const double long_run = timed(8 + kDecodeSteps);
+    step_s = (long_run - short_run) / kDecodeSteps;
+    state.SetIterationTime(step_s);
+  }
+  state.counters["step_ms"] = step_s * 1e3;
+  state.counters["floor_ms"] = floor_s * 1e3;
+  state.counters["x_floor"] = step_s / floor_s;
+  state.counters["weights_GB"] = static_cast<double>(model_bytes) / 1e9;
+  state.counters["copy_TBps"] = copy_bandwidth() / 1e12;
+}
+
+void register_decode_benchmarks() {
+  for (int bs : {1, 64}) {
+    for (bih::GraphMode mode : {bih::GraphMode::none, bih::GraphMode::full}) {
+      benchmark::RegisterBenchmark(
+          ("BM_DecodeStep/qwen3-1.7b/tp:1/bs:" + std::to_string(bs) + "/graph:" +
+           bih::to_string(mode))
+              .c_str(),
+          [bs, mode](benchmark::State& state) { BM_DecodeStep(state, bs, mode); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->Iterations(3);
+    }
+  }
+}
+
+const bool kRegistered = (register_decode_benchmarks(), true);
+
+}  // namespace
