@@ -7,6 +7,8 @@
 // (ring under every ring order with rank 0 first, tree, fixed), and the fraction of positions each
 // model reproduces is recorded, with whether the model the emulation claims for NCCL (ring for
 // reduce_scatter; ring or tree for all_reduce, as NCCL_ALGO pins it) reproduces them all.
+// Rows "via bih_fixed" run the `fixed` order that NcclCommunicator (models/cuda/nccl_comm.hpp)
+// builds from NCCL primitives, one thread per GPU; they claim the `fixed` model, bit for bit.
 // Plain C++ header: the CLI and tests include it; only nccl_fingerprint.cpp sees CUDA and NCCL.
 #pragma once
 
@@ -25,6 +27,8 @@ struct ModelMatch {
 
 struct FingerprintEntry {
   std::string collective;     // "all_reduce" | "reduce_scatter"
+  std::string via = "nccl";   // "nccl": NCCL's own collective; "bih_fixed": NcclCommunicator's
+                              // `fixed` order (all-gather or send/recv + a fixed-order sum)
   size_t count_per_rank = 0;  // elements each rank sends (the whole message for all_reduce)
   size_t positions = 0;       // element positions compared (all of every rank's output)
   std::vector<ModelMatch> models;
@@ -53,6 +57,8 @@ struct FingerprintOptions {
   unsigned seed = 0;
   // Ring orders are tried exhaustively up to this many ranks ((n-1)! of them); above, only 0..n-1.
   int max_ranks_for_all_rings = 5;
+  // Also run the rows via bih_fixed (NcclCommunicator's `fixed` order).
+  bool check_fixed_order = true;
 };
 
 // Runs the fingerprint on every visible GPU. Never throws for a missing GPU or too few GPUs:

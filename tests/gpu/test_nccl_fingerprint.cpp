@@ -2,6 +2,7 @@
 //
 // At n=2 every order model gives the same bits (one commutative add), so real NCCL must equal
 // ring, tree and fixed at every position of every size; at n>=3 the claimed model must match.
+// The rows via bih_fixed (NcclCommunicator's `fixed` order) must match the `fixed` model always.
 // Skips unless this build has NCCL and the machine has at least 2 GPUs.
 #include <gtest/gtest.h>
 
@@ -29,8 +30,17 @@ TEST(NcclFingerprint, RealNcclMatchesTheEmulatedModelsBitwise) {
   ASSERT_TRUE(f.supported) << f.reason;
   EXPECT_EQ(f.gpus, gpus);
   EXPECT_EQ(f.nccl_env.at("NCCL_NVLS_ENABLE"), "0");
-  ASSERT_EQ(f.entries.size(), 2 * options.count_multipliers.size());
+  // Per size: NCCL's all_reduce and reduce_scatter, then the same two via bih_fixed.
+  ASSERT_EQ(f.entries.size(), 4 * options.count_multipliers.size());
+  size_t fixed_rows = 0;
   for (const auto& e : f.entries) {
+    if (e.via == "bih_fixed") {
+      ++fixed_rows;
+      EXPECT_EQ(e.claimed, std::vector<std::string>{"fixed"});
+      EXPECT_EQ(e.matched_model, "fixed") << e.collective << " count " << e.count_per_rank;
+    } else {
+      EXPECT_EQ(e.via, "nccl");
+    }
     EXPECT_EQ(e.positions, static_cast<size_t>(gpus) * (e.count_per_rank / gpus));
     EXPECT_TRUE(e.claim_met) << e.collective << " count " << e.count_per_rank;
     if (gpus == 2) {
@@ -41,6 +51,7 @@ TEST(NcclFingerprint, RealNcclMatchesTheEmulatedModelsBitwise) {
       }
     }
   }
+  EXPECT_EQ(fixed_rows, 2 * options.count_multipliers.size());
   EXPECT_TRUE(f.claim_met());
 #endif
 }
