@@ -126,8 +126,14 @@ std::string summarize_localization(const Localization& l) {
 
 }  // namespace
 
-Localization localize(const Scenario& s, const std::string& kind, const std::string& a_label,
-                      const std::string& b_label, int prompt, int step) {
+Localization localize(const Scenario& scenario, const std::string& kind,
+                      const std::string& a_label, const std::string& b_label, int prompt,
+                      int step) {
+  // Capture needs every rank in this process: NCCL ranks (one process per GPU) are re-run as
+  // emulated ranks of the same order models on one GPU, and the summary says so.
+  Scenario s = scenario;
+  const bool emulated_instead = s.ranks == RankKind::nccl;
+  if (emulated_instead) s.ranks = RankKind::emulated;
   Localization l;
   l.kind = kind;
   l.a_label = a_label;
@@ -152,6 +158,10 @@ Localization localize(const Scenario& s, const std::string& kind, const std::str
   }
   compare_traces(ta, tb, l);
   l.summary = summarize_localization(l);
+  if (emulated_instead) {
+    l.summary += " (re-run with emulated ranks of the same order models on one GPU: capture needs "
+                 "every rank in one process, and NCCL ranks are one process per GPU)";
+  }
   return l;
 }
 

@@ -75,6 +75,10 @@ EngineBundle make_cuda_engine(const Scenario& s, std::shared_ptr<const ModelWeig
     NcclCommunicator::Options options;
     options.orders = orders;
     options.watchdog = collective_watchdog(s);
+    // Blocking NCCL calls: the engine captures collectives into CUDA graphs, and a nonblocking
+    // communicator enqueues from NCCL's own thread. GPU-side hangs are still caught by the
+    // watchdog (synchronize), and the driver stops the peers of a rank process that fails.
+    options.nonblocking = false;
     res->nccl = std::make_unique<NcclCommunicator>(
         assignment.rank, s.tp, parse_nccl_unique_id_hex(assignment.nccl_unique_id), device,
         options);
