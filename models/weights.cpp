@@ -42,10 +42,6 @@ uint64_t fnv1a64(const std::string& s) {
   return h;
 }
 
-uint64_t synthetic_key(uint64_t seed, const std::string& tensor_name) {
-  return mix64(seed ^ mix64(fnv1a64(tensor_name)));
-}
-
 // synthetic_normal with the key already derived (the per-element part of the formula).
 float normal_from_key(uint64_t key, uint64_t i) {
   const uint64_t r1 = mix64(key + (2 * i + 1) * kGolden);
@@ -75,18 +71,18 @@ std::vector<TensorRef<Vec>> tensor_list(Model& w) {
   list.push_back({"model.embed_tokens.weight", {V, H}, &w.embed_tokens});
   for (size_t l = 0; l < w.layers.size(); ++l) {
     auto& L = w.layers[l];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    list.push_back({p + "input_layernorm.weight", {H}, &L.input_layernorm});
-    list.push_back({p + "self_attn.q_proj.weight", {Q, H}, &L.q_proj});
-    list.push_back({p + "self_attn.k_proj.weight", {KV, H}, &L.k_proj});
-    list.push_back({p + "self_attn.v_proj.weight", {KV, H}, &L.v_proj});
-    list.push_back({p + "self_attn.o_proj.weight", {H, Q}, &L.o_proj});
-    list.push_back({p + "self_attn.q_norm.weight", {D}, &L.q_norm});
-    list.push_back({p + "self_attn.k_norm.weight", {D}, &L.k_norm});
-    list.push_back({p + "post_attention_layernorm.weight", {H}, &L.post_attention_layernorm});
-    list.push_back({p + "mlp.gate_proj.weight", {I, H}, &L.gate_proj});
-    list.push_back({p + "mlp.up_proj.weight", {I, H}, &L.up_proj});
-    list.push_back({p + "mlp.down_proj.weight", {H, I}, &L.down_proj});
+    auto name = [l](const char* suffix) { return layer_tensor_name(static_cast<int>(l), suffix); };
+    list.push_back({name("input_layernorm.weight"), {H}, &L.input_layernorm});
+    list.push_back({name("self_attn.q_proj.weight"), {Q, H}, &L.q_proj});
+    list.push_back({name("self_attn.k_proj.weight"), {KV, H}, &L.k_proj});
+    list.push_back({name("self_attn.v_proj.weight"), {KV, H}, &L.v_proj});
+    list.push_back({name("self_attn.o_proj.weight"), {H, Q}, &L.o_proj});
+    list.push_back({name("self_attn.q_norm.weight"), {D}, &L.q_norm});
+    list.push_back({name("self_attn.k_norm.weight"), {D}, &L.k_norm});
+    list.push_back({name("post_attention_layernorm.weight"), {H}, &L.post_attention_layernorm});
+    list.push_back({name("mlp.gate_proj.weight"), {I, H}, &L.gate_proj});
+    list.push_back({name("mlp.up_proj.weight"), {I, H}, &L.up_proj});
+    list.push_back({name("mlp.down_proj.weight"), {H, I}, &L.down_proj});
   }
   list.push_back({"model.norm.weight", {H}, &w.norm});
   if (!c.tie_word_embeddings) list.push_back({"lm_head.weight", {V, H}, &w.lm_head});
@@ -124,6 +120,41 @@ void validate_config(const ModelConfig& c) {
 }
 
 }  // namespace
+
+uint64_t TensorSpec::element_count() const { return bih::element_count(shape); }
+
+std::vector<TensorSpec> tensor_specs(const ModelConfig& config) {
+  validate_config(config);
+  ModelWeights shapes_only;  // tensor_list reads the config and the layer count, not the data
+  shapes_only.config = config;
+  shapes_only.layers.resize(config.num_layers);
+  std::vector<TensorSpec> specs;
+  for (auto& t : tensor_list(shapes_only)) {
+    specs.push_back({t.name, t.shape, is_norm_weight(t.name)});
+  }
+  return specs;
+}
+
+std::string layer_tensor_name(int layer, const std::string& suffix) {
+  return "model.layers." + std::to_string(layer) + "." + suffix;
+}
+
+std::map<std::string, const std::vector<bf16>*> tensors_by_name(const ModelWeights& weights) {
+  std::map<std::string, const std::vector<bf16>*> by_name;
+  for (const auto& t : tensor_list(weights)) {
+    if (t.data->size() != element_count(t.shape)) {
+      throw std::invalid_argument("tensor '" + t.name + "' holds " +
+                                  std::to_string(t.data->size()) + " values; its shape needs " +
+                                  std::to_string(element_count(t.shape)));
+    }
+    by_name.emplace(t.name, t.data);
+  }
+  return by_name;
+}
+
+uint64_t synthetic_key(uint64_t seed, const std::string& tensor_name) {
+  return mix64(seed ^ mix64(fnv1a64(tensor_name)));
+}
 
 float synthetic_normal(uint64_t seed, const std::string& tensor_name, uint64_t i) {
   return normal_from_key(synthetic_key(seed, tensor_name), i);
@@ -302,31 +333,51 @@ void save_checkpoint(const ModelWeights& weights, const std::string& folder,
 // any single changed word changes the digest). Per tensor in canonical order: absorb(name length),
 // each name byte, absorb(rank), each dim, then the bf16 bits four at a time, little-endian, the
 // last word zero-padded. Output: mix64(h) as 16 lower-case hex digits.
-std::string weights_hash(const ModelWeights& weights) {
-  uint64_t h = kFnvOffset;
-  auto absorb = [&h](uint64_t word) {
-    h ^= word;
-    h *= kFnvPrime;
-    h ^= h >> 32;
-  };
-  for (const auto& t : tensor_list(weights)) {
-    absorb(t.name.size());
-    for (unsigned char ch : t.name) absorb(ch);
-    absorb(t.shape.size());
-    for (uint64_t d : t.shape) absorb(d);
-    const std::vector<bf16>& v = *t.data;
-    size_t i = 0;
-    for (; i + 4 <= v.size(); i += 4) {
-      absorb(uint64_t{v[i].bits} | uint64_t{v[i + 1].bits} << 16 | uint64_t{v[i + 2].bits} << 32 |
-             uint64_t{v[i + 3].bits} << 48);
-    }
-    if (i < v.size()) {
-      uint64_t word = 0;
-      for (int k = 0; i < v.size(); ++i, ++k) word |= uint64_t{v[i].bits} << (16 * k);
-      absorb(word);
-    }
+void WeightsHasher::absorb(uint64_t word) {
+  state_ ^= word;
+  state_ *= kFnvPrime;
+  state_ ^= state_ >> 32;
+}
+
+void WeightsHasher::flush_partial_word() {
+  if (partial_count_ > 0) absorb(partial_word_);
+  partial_word_ = 0;
+  partial_count_ = 0;
+}
+
+void WeightsHasher::begin_tensor(const std::string& name, const std::vector<uint64_t>& shape) {
+  flush_partial_word();  // the previous tensor's last word, zero-padded
+  absorb(name.size());
+  for (unsigned char ch : name) absorb(ch);
+  absorb(shape.size());
+  for (uint64_t d : shape) absorb(d);
+}
+
+void WeightsHasher::absorb_values(const bf16* values, size_t count) {
+  size_t i = 0;
+  for (; i < count && partial_count_ > 0; ++i) {  // complete a word left open by the last chunk
+    partial_word_ |= uint64_t{values[i].bits} << (16 * partial_count_);
+    if (++partial_count_ == 4) flush_partial_word();
   }
-  return fmt::format("{:016x}", mix64(h));
+  for (; i + 4 <= count; i += 4) {
+    absorb(uint64_t{values[i].bits} | uint64_t{values[i + 1].bits} << 16 |
+           uint64_t{values[i + 2].bits} << 32 | uint64_t{values[i + 3].bits} << 48);
+  }
+  for (; i < count; ++i) partial_word_ |= uint64_t{values[i].bits} << (16 * partial_count_++);
+}
+
+std::string WeightsHasher::digest() {
+  flush_partial_word();
+  return fmt::format("{:016x}", mix64(state_));
+}
+
+std::string weights_hash(const ModelWeights& weights) {
+  WeightsHasher hasher;
+  for (const auto& t : tensor_list(weights)) {
+    hasher.begin_tensor(t.name, t.shape);
+    hasher.absorb_values(t.data->data(), t.data->size());
+  }
+  return hasher.digest();
 }
 
 }  // namespace bih

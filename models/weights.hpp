@@ -5,7 +5,9 @@
 // seed, t's name and i), so any backend regenerates them bit for bit without a host copy.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,8 +42,33 @@ struct ModelWeights {
   }
 };
 
+// One tensor of a model: its HF name and shape. tensor_specs lists them in the canonical order
+// (checkpoint files, weights_hash): the embedding; per layer input_layernorm, q, k, v, o_proj,
+// q_norm, k_norm, post_attention_layernorm, gate, up, down; the final norm; lm_head when untied.
+struct TensorSpec {
+  std::string name;
+  std::vector<uint64_t> shape;
+  bool is_norm = false;  // a norm weight: synthetic value 1.0 (otherwise Normal(0, 0.02))
+
+  uint64_t element_count() const;
+};
+
+// Throws std::invalid_argument for a config with an invalid shape.
+std::vector<TensorSpec> tensor_specs(const ModelConfig& config);
+
+// HF name of a decoder layer's tensor: layer_tensor_name(3, "mlp.up_proj.weight") is
+// "model.layers.3.mlp.up_proj.weight".
+std::string layer_tensor_name(int layer, const std::string& suffix);
+
+// Every tensor of `weights` by HF name, pointing into `weights`. Throws std::invalid_argument when
+// a tensor's size does not match its shape (a hand-built model), so readers may trust the sizes.
+std::map<std::string, const std::vector<bf16>*> tensors_by_name(const ModelWeights& weights);
+
 // Normal(0, 0.02) for linear and embedding weights, 1.0 for norm weights (HF's init).
 ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed);
+
+// The per-tensor part of the formula below: mix64(seed ^ mix64(name_hash)).
+uint64_t synthetic_key(uint64_t seed, const std::string& tensor_name);
 
 // The value synthetic_weights puts at index i of the tensor named `tensor_name` (HF name).
 // Exact formula (all integer arithmetic mod 2^64; a CUDA port must match it bit for bit):
@@ -71,6 +98,24 @@ void save_checkpoint(const ModelWeights& weights, const std::string& folder,
 
 // Hex digest of every tensor's name, shape and bits: identifies the weights in a report.
 std::string weights_hash(const ModelWeights& weights);
+
+// weights_hash fed piecewise, for callers that never hold the whole model (the GPU backend hashes
+// its generated weights chunk by chunk): begin_tensor for each tensor of tensor_specs in order,
+// then its values in order, in chunks of any sizes; digest() ends it and returns the hex digest.
+class WeightsHasher {
+ public:
+  void begin_tensor(const std::string& name, const std::vector<uint64_t>& shape);
+  void absorb_values(const bf16* values, size_t count);
+  std::string digest();
+
+ private:
+  void absorb(uint64_t word);
+  void flush_partial_word();
+
+  uint64_t state_ = 0xcbf29ce484222325ull;  // FNV-1a 64 offset basis
+  uint64_t partial_word_ = 0;               // values not yet absorbed, little-endian
+  int partial_count_ = 0;                   // 0..3 values in partial_word_
+};
 
 // A straightforward fp64 forward of one sequence (no KV cache, no TP, no bf16 rounding after the
 // weights are widened): logits[T, V] for every position of `tokens`. The numerical reference.
