@@ -592,6 +592,9 @@ void CudaForward::Impl::run_piece(int index, GraphAction action, const GraphKey&
       cudaCheck(instantiated);
       ++stats.graphs_captured;
     }
+    // Until the capture has ended, the ranks' streams still belong to it: nothing may be
+    // recorded on them for the replay before that.
+    barrier.arrive_and_wait();
   }
   // Replay: after every rank's earlier work, and before its later work.
   cudaCheck(cudaEventRecord(r.ready, r.local.stream));
@@ -612,7 +615,7 @@ void CudaForward::Impl::run_rank(int index, StepBatch& step, const std::vector<G
   cudaCheck(cudaSetDevice(device));
   upload_inputs(r, step);
   const int L = model->config().num_layers;
-  if (options.graph_mode == GraphMode::full && actions[0] != GraphAction::eager) {
+  if (options.graph_mode == GraphMode::full) {
     run_piece(index, actions[0], keys[0], barrier, [&] {
       for (int p = 0; p <= L; ++p) {
         enqueue_piece(r, step, p);
