@@ -2,7 +2,8 @@
 // and the NCCL order fingerprint (run by the CUDA leaf where this build has NCCL).
 //
 // One token's per-rank hidden vector is placed at the probed rows of batches of M rows, the rest
-// random, and the collective runs on an EmulatedGroup of tp threads, as the engine calls it:
+// random, and the collective runs on an emulated group of tp threads (probe_backend.hpp: in CPU
+// memory, or on one GPU with a stream per rank), as the engine calls it:
 //   all_reduce      the whole [M, H] message (SP off): the ring's chunk boundaries follow M*H;
 //   reduce_scatter  SP style: M padded to a multiple of tp, rank r gets rows [r*M/tp, (r+1)*M/tp),
 //                   so the rank that owns (and adds last to) the token's row follows its position;
@@ -16,18 +17,14 @@
 #include <cmath>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "models/bf16.hpp"
-#include "models/comm/emulated.hpp"
 #include "models/config.hpp"
 #include "probes/probe.hpp"
+#include "probes/probe_backend.hpp"
 
 namespace bih::probe {
-namespace {
-
-enum class Collective { all_reduce, reduce_scatter, all_gather };
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -40,6 +37,8 @@ const char* collective_name(Collective c) {
   }
   return "?";
 }
+
+namespace {
 
 // A bf16 value of magnitude 2^-8..2^8, random sign and mantissa: sums of such values in different
 // orders round differently.
@@ -62,18 +61,17 @@ Expect claimed(Collective c, ReduceOrder order, int tp) {
                                                                      : Expect::invariant;
 }
 
-BatchRunner collective_runner(Collective c, ReduceOrder order, int tp, int H, uint32_t seed) {
+BatchRunner collective_runner(const std::shared_ptr<ProbeBackend>& backend, Collective c,
+                              ReduceOrder order, int tp, int H, uint32_t seed) {
   std::mt19937 rng(seed + 101u);
   // token[r]: rank r's [H] contribution to the probed row.
   auto token = std::make_shared<std::vector<std::vector<bf16>>>();
   for (int r = 0; r < tp; ++r) token->push_back(spread_values(rng, H));
-  CollectiveOrders orders;
-  orders.all_reduce = orders.reduce_scatter = orders.all_gather = order;
-  return [=](const Batch& b, std::mt19937& filler) {
+  const ProbeBackend::CollectiveOp collective = backend->bind_collective(c, order, tp);
+  return [=, keep_alive = backend](const Batch& b, std::mt19937& filler) {
     const size_t h = static_cast<size_t>(H);
     const int padded = c == Collective::all_reduce ? b.M : (b.M + tp - 1) / tp * tp;
     const int shard_rows = padded / tp;
-    EmulatedGroup group(tp, orders, {}, std::chrono::seconds(60));
     std::vector<std::vector<bf16>> in(tp), out(tp);  // per rank
     for (int r = 0; r < tp; ++r) {
       if (c == Collective::all_gather) {
@@ -96,24 +94,9 @@ BatchRunner collective_runner(Collective c, ReduceOrder order, int tp, int H, ui
         std::copy((*token)[r].begin(), (*token)[r].end(), in[r].begin() + p * h);
       out[r].resize(c == Collective::all_reduce ? 0 : shard_rows * h);
     }
-    std::vector<std::thread> threads;
-    for (int r = 0; r < tp; ++r) {
-      threads.emplace_back([&, r] {
-        Communicator& comm = group.rank(r);
-        switch (c) {
-          case Collective::all_reduce:
-            comm.all_reduce(in[r].data(), in[r].size());
-            break;
-          case Collective::reduce_scatter:
-            comm.reduce_scatter(in[r].data(), out[r].data(), shard_rows * h);
-            break;
-          case Collective::all_gather:
-            comm.all_gather(in[r].data(), out[r].data(), shard_rows * h);
-            break;
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    // Per rank, as Communicator counts: the whole message, or one shard.
+    const size_t count = c == Collective::all_reduce ? padded * h : shard_rows * h;
+    collective(in, out, count);
     RowBits rows;
     for (int p : b.positions) {
       const bf16* row = nullptr;
@@ -152,6 +135,7 @@ std::vector<Case> collective_cases() {
   const int H = preset_config("tiny")->hidden_size;
   std::vector<Case> cases;
   for (Backend backend : {Backend::cpu, Backend::cuda}) {
+    const BackendChoice choice = backend_choice(backend);
     for (Collective c :
          {Collective::all_reduce, Collective::reduce_scatter, Collective::all_gather}) {
       for (ReduceOrder order :
@@ -168,14 +152,13 @@ std::vector<Case> collective_cases() {
                    ",pos=" + format_positions(o.exhaustive) + ",backend=" + to_string(backend) +
                    ",comm=emulated)";
           };
-          if (backend != Backend::cpu) {
-            k.unsupported_reason =
-                "no CUDA backend in this build yet (emulated collectives on one GPU need it)";
+          if (!choice.make) {
+            k.unsupported_reason = choice.unavailable;
           } else {
-            k.run = [id = k.id, op = k.op, expect = k.expect, c, order, tp,
+            k.run = [id = k.id, op = k.op, expect = k.expect, make = choice.make, c, order, tp,
                      H](const SweepOptions& o) {
               return sweep(id(o), op, expect, SweepSpec{16, 2},
-                           collective_runner(c, order, tp, H, o.seed), o);
+                           collective_runner(make(), c, order, tp, H, o.seed), o);
             };
           }
           cases.push_back(std::move(k));

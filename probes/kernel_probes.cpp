@@ -1,32 +1,37 @@
-// kernel_probes.cpp: probe cases for every kernel of models/cpu/kernels.hpp, both families.
+// kernel_probes.cpp: probe cases for every kernel, both families, on the CPU and CUDA backends.
 //
-// Shapes are the tiny preset's (models/config.hpp): the five GEMMs of a layer and the lm_head,
-// the norms at hidden 256, head_norm_rope on 16 heads of 16, attention with 16 query heads over 8
-// KV heads in four modes (prefill rows, decode rows, a chunk of the row's own prefill, a
-// prefix-cache hit that reads the row's keys from other physical blocks). Data is random bf16 from
-// the seed. The vendor family claims variance only where kernels.hpp says it splits (GEMM at small
-// M, decode attention by decode count); its other ops are the invariant kernels themselves.
-// CUDA kernels are listed as unsupported until the CUDA backend exists.
+// Shapes: the tiny preset's (models/config.hpp) on both backends: the five GEMMs of a layer and the
+// lm_head, the norms at hidden 256, head_norm_rope on 16 heads of 16, attention with 16 query heads
+// over 8 KV heads in four modes (prefill rows, decode rows, a chunk of the row's own prefill, a
+// prefix-cache hit that reads the row's keys from other physical blocks). On CUDA also qwen3-1.7b's
+// (the shapes a GPU runs): its five GEMMs, the norms at 2048, head_norm_rope and attention at
+// head_dim 128, silu_mul at 6144; not its embedding and sampling, whose loops a 151936-row
+// vocabulary does not change (it only costs host time to fill). Data is random bf16 from the seed,
+// made here; a backend (probe_backend.hpp) only runs the op, so both backends see the same inputs.
+// Claims: the invariant family is invariant. The vendor family claims variance where it splits:
+// decode attention by decode count (kernels.hpp, both backends) and the GEMM; its other ops are the
+// invariant kernels themselves. The CPU vendor GEMM splits K below kVendorSplitKMaxM rows, so it
+// claims variant. The CUDA vendor GEMM is cuBLASLt's heuristic, whose choice depends on the GPU and
+// the library: its claim is read at run time from the split the heuristic picks at each swept M
+// (variant when some M splits the K reduction otherwise than M=1, invariant when none does), and
+// the result's detail says which.
 #include <algorithm>
 #include <bit>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/bf16.hpp"
 #include "models/config.hpp"
 #include "models/cpu/kernels.hpp"
 #include "probes/probe.hpp"
+#include "probes/probe_backend.hpp"
 
 namespace bih::probe {
 namespace {
 
-using cpu::AttentionQuery;
-using cpu::KvPool;
-
-constexpr const char* kNoCudaBackend = "no CUDA backend in this build yet";
-
-ModelConfig tiny() { return *preset_config("tiny"); }
+using BackendPtr = std::shared_ptr<ProbeBackend>;
 
 std::vector<bf16> random_bf16(std::mt19937& rng, size_t n, float stddev = 1.0f) {
   std::normal_distribution<float> dist(0.0f, stddev);
@@ -65,21 +70,35 @@ std::string sweep_tail(const SweepOptions& o, Backend backend) {
          ",backend=" + to_string(backend) + ")";
 }
 
-// A kernel case: on the CPU it runs `make_runner(seed)`'s batches; on CUDA it is unsupported.
+// Makes a case's batch runner on a backend, from the seed.
+using RunnerMaker = std::function<BatchRunner(const BackendPtr& backend, uint32_t seed)>;
+// A claim read from the backend when the case runs: the expectation and a note on why.
+using RunTimeClaim =
+    std::function<std::pair<Expect, std::string>(ProbeBackend& backend, const SweepOptions& o)>;
+
+// A kernel case: runs make_runner's batches on a fresh backend of its kind, or is unsupported
+// with the reason the backend choice gives.
 Case kernel_case(const std::string& op, KernelFamily family, Backend backend,
-                 const std::string& shape, Expect expect, int bit_width,
-                 std::function<BatchRunner(uint32_t seed)> make_runner) {
+                 const BackendChoice& choice, const std::string& shape, Expect expect,
+                 int bit_width, RunnerMaker make_runner, RunTimeClaim claim = {}) {
   Case c;
   c.op = op;
   c.expect = expect;
   const std::string head = op + "(family=" + to_string(family) + ",dtype=bf16," + shape;
   c.id = [head, backend](const SweepOptions& o) { return head + sweep_tail(o, backend); };
-  if (backend != Backend::cpu) {
-    c.unsupported_reason = kNoCudaBackend;
+  if (!choice.make) {
+    c.unsupported_reason = choice.unavailable;
     return c;
   }
-  c.run = [id = c.id, op, expect, bit_width, make_runner](const SweepOptions& o) {
-    return sweep(id(o), op, expect, SweepSpec{bit_width, 1}, make_runner(o.seed), o);
+  c.run = [id = c.id, op, expect, bit_width, make = choice.make, make_runner,
+           claim](const SweepOptions& o) {
+    const BackendPtr backend = make();
+    Expect claimed = expect;
+    std::string why;
+    if (claim) std::tie(claimed, why) = claim(*backend, o);
+    Result r = sweep(id(o), op, claimed, SweepSpec{bit_width, 1}, make_runner(backend, o.seed), o);
+    if (!why.empty()) r.detail += "; " + why;
+    return r;
   };
   return c;
 }
@@ -94,7 +113,8 @@ bf16 near_negation(bf16 v) { return bf16{static_cast<uint16_t>(v.bits ^ 0x8001u)
 // every result is about 2^-8 of its partial sums and the fp32 rounding of those partial sums (which
 // a change of reduction order moves) reaches the bf16 result. Random data alone would hide most
 // order changes below bf16's rounding step.
-BatchRunner gemm_runner(KernelFamily family, int N, int K, uint32_t seed) {
+BatchRunner gemm_runner(const BackendPtr& backend, KernelFamily family, int N, int K,
+                        uint32_t seed) {
   std::mt19937 rng(seed + 1u);
   const int half = K / 2;
   auto w = std::make_shared<std::vector<bf16>>(random_bf16(rng, static_cast<size_t>(N) * K, 0.02f));
@@ -104,32 +124,51 @@ BatchRunner gemm_runner(KernelFamily family, int N, int K, uint32_t seed) {
   }
   auto x = std::make_shared<std::vector<bf16>>(random_bf16(rng, K));
   std::copy_n(x->begin(), half, x->begin() + half);
-  return [=](const Batch& b, std::mt19937& filler) {
+  const ProbeBackend::Gemm gemm = backend->bind_gemm(family, std::move(w), N, K);
+  return [backend, gemm, x, N](const Batch& b, std::mt19937& filler) {
     const std::vector<bf16> rows = batch_rows(*x, b, filler);  // [M, K]
     std::vector<bf16> y(static_cast<size_t>(b.M) * N);         // [M, N]
-    cpu::gemm(family, rows.data(), w->data(), y.data(), b.M, N, K);
+    gemm(rows.data(), y.data(), b.M);
     return pick_rows(y, N, b.positions);
   };
 }
 
-BatchRunner rms_norm_runner(int H, float eps, uint32_t seed) {
+// The claim of a GEMM whose split is chosen per M by a library heuristic: variant when some swept
+// M splits the K reduction otherwise than M=1 (the reference), invariant when every M keeps it.
+std::pair<Expect, std::string> claim_from_gemm_reduction(ProbeBackend& backend, KernelFamily family,
+                                                         int N, int K, const SweepOptions& o) {
+  const std::string reference = backend.gemm_reduction(family, 1, N, K);
+  for (int M : o.batch_sizes) {
+    const std::string at_m = backend.gemm_reduction(family, M, N, K);
+    if (at_m != reference) {
+      return {Expect::variant, "claimed variant: the K reduction is split '" + reference +
+                                   "' at M=1, '" + at_m + "' at M=" + std::to_string(M)};
+    }
+  }
+  return {Expect::invariant,
+          "claimed invariant: the K reduction is split '" + reference + "' at every swept M"};
+}
+
+BatchRunner rms_norm_runner(const BackendPtr& backend, int H, float eps, uint32_t seed) {
   std::mt19937 rng(seed + 2u);
   auto w = std::make_shared<std::vector<bf16>>(random_bf16(rng, H, 0.5f));
   auto x = std::make_shared<std::vector<bf16>>(random_bf16(rng, H));
-  return [=](const Batch& b, std::mt19937& filler) {
+  const ProbeBackend::RmsNorm norm = backend->bind_rms_norm(std::move(w), H, eps);
+  return [backend, norm, x, H](const Batch& b, std::mt19937& filler) {
     const std::vector<bf16> rows = batch_rows(*x, b, filler);  // [M, H]
     std::vector<bf16> y(rows.size());
-    cpu::rms_norm(rows.data(), w->data(), y.data(), b.M, H, eps);
+    norm(rows.data(), y.data(), b.M);
     return pick_rows(y, H, b.positions);
   };
 }
 
 // Output columns: y[H] then the updated residual[H].
-BatchRunner add_rms_norm_runner(int H, float eps, uint32_t seed) {
+BatchRunner add_rms_norm_runner(const BackendPtr& backend, int H, float eps, uint32_t seed) {
   std::mt19937 rng(seed + 3u);
   auto w = std::make_shared<std::vector<bf16>>(random_bf16(rng, H, 0.5f));
   auto residual_x = std::make_shared<std::vector<bf16>>(random_bf16(rng, 2 * H));  // [2H]
-  return [=](const Batch& b, std::mt19937& filler) {
+  const ProbeBackend::AddRmsNorm norm = backend->bind_add_rms_norm(std::move(w), H, eps);
+  return [backend, norm, residual_x, H](const Batch& b, std::mt19937& filler) {
     const std::vector<bf16> both = batch_rows(*residual_x, b, filler);  // [M, 2H]
     std::vector<bf16> residual(static_cast<size_t>(b.M) * H), x(residual.size());
     for (int m = 0; m < b.M; ++m) {
@@ -137,7 +176,7 @@ BatchRunner add_rms_norm_runner(int H, float eps, uint32_t seed) {
       std::copy_n(both.begin() + 2 * H * m + H, H, x.begin() + H * m);
     }
     std::vector<bf16> y(residual.size());
-    cpu::add_rms_norm(residual.data(), x.data(), w->data(), y.data(), b.M, H, eps);
+    norm(residual.data(), x.data(), y.data(), b.M);
     std::vector<bf16> out(both.size());  // [M, 2H]: y then residual
     for (int m = 0; m < b.M; ++m) {
       std::copy_n(y.begin() + H * m, H, out.begin() + 2 * H * m);
@@ -147,60 +186,65 @@ BatchRunner add_rms_norm_runner(int H, float eps, uint32_t seed) {
   };
 }
 
-BatchRunner head_norm_rope_runner(const ModelConfig& cfg, uint32_t seed) {
+BatchRunner head_norm_rope_runner(const BackendPtr& backend, const ModelConfig& cfg,
+                                  uint32_t seed) {
   constexpr int kMaxPos = 4096;
   constexpr int kReferencePosition = 1234;  // far enough for large rotation angles
   const int heads = cfg.num_heads, dim = cfg.head_dim;
-  const float eps = cfg.rms_norm_eps;
   std::mt19937 rng(seed + 4u);
   auto w = std::make_shared<std::vector<bf16>>(random_bf16(rng, dim, 0.5f));
   auto x = std::make_shared<std::vector<bf16>>(random_bf16(rng, static_cast<size_t>(heads) * dim));
   auto rope = std::make_shared<cpu::RopeTable>(cpu::RopeTable::make(dim, cfg.rope_theta, kMaxPos));
-  return [=](const Batch& b, std::mt19937& filler) {
+  const ProbeBackend::HeadNormRope norm_rope =
+      backend->bind_head_norm_rope(std::move(w), heads, dim, cfg.rms_norm_eps, std::move(rope));
+  return [backend, norm_rope, x, heads, dim](const Batch& b, std::mt19937& filler) {
     std::vector<bf16> rows = batch_rows(*x, b, filler);  // [M, heads, dim]
     std::vector<int32_t> positions(b.M);
     for (auto& p : positions) p = random_int(filler, 0, kMaxPos - 1);
     for (int p : b.positions) positions[p] = kReferencePosition;
-    cpu::head_norm_rope(rows.data(), w->data(), positions.data(), b.M, heads, dim, eps, *rope);
+    norm_rope(rows.data(), positions.data(), b.M);
     return pick_rows(rows, static_cast<size_t>(heads) * dim, b.positions);
   };
 }
 
-BatchRunner silu_mul_runner(int I, uint32_t seed) {
+BatchRunner silu_mul_runner(const BackendPtr& backend, int I, uint32_t seed) {
   std::mt19937 rng(seed + 5u);
   auto gate_up = std::make_shared<std::vector<bf16>>(random_bf16(rng, 2 * I));
-  return [=](const Batch& b, std::mt19937& filler) {
+  const ProbeBackend::SiluMul silu_mul = backend->bind_silu_mul(I);
+  return [backend, silu_mul, gate_up, I](const Batch& b, std::mt19937& filler) {
     const std::vector<bf16> rows = batch_rows(*gate_up, b, filler);  // [M, 2I]
     std::vector<bf16> y(static_cast<size_t>(b.M) * I);               // [M, I]
-    cpu::silu_mul(rows.data(), y.data(), b.M, I);
+    silu_mul(rows.data(), y.data(), b.M);
     return pick_rows(y, I, b.positions);
   };
 }
 
-BatchRunner embedding_runner(int vocab, int H, uint32_t seed) {
+BatchRunner embedding_runner(const BackendPtr& backend, int vocab, int H, uint32_t seed) {
   std::mt19937 rng(seed + 6u);
   auto table =
       std::make_shared<std::vector<bf16>>(random_bf16(rng, static_cast<size_t>(vocab) * H));
   const int32_t reference_id = random_int(rng, 0, vocab - 1);
-  return [=](const Batch& b, std::mt19937& filler) {
+  const ProbeBackend::Embedding embed = backend->bind_embedding(std::move(table), vocab, H);
+  return [backend, embed, reference_id, vocab, H](const Batch& b, std::mt19937& filler) {
     std::vector<int32_t> ids(b.M);
     for (auto& id : ids) id = random_int(filler, 0, vocab - 1);
     for (int p : b.positions) ids[p] = reference_id;
     std::vector<bf16> y(static_cast<size_t>(b.M) * H);
-    cpu::embedding(table->data(), ids.data(), y.data(), b.M, H);
+    embed(ids.data(), y.data(), b.M);
     return pick_rows(y, H, b.positions);
   };
 }
 
 // Output columns: the token id's bits, then the logprob's fp32 bits.
-BatchRunner greedy_sample_runner(int vocab, uint32_t seed) {
+BatchRunner greedy_sample_runner(const BackendPtr& backend, int vocab, uint32_t seed) {
   std::mt19937 rng(seed + 7u);
   auto logits = std::make_shared<std::vector<bf16>>(random_bf16(rng, vocab, 3.0f));
-  return [=](const Batch& b, std::mt19937& filler) {
+  const ProbeBackend::GreedySample sample = backend->bind_greedy_sample(vocab);
+  return [backend, sample, logits](const Batch& b, std::mt19937& filler) {
     const std::vector<bf16> rows = batch_rows(*logits, b, filler, 3.0f);  // [M, V]
     std::vector<int32_t> tokens(b.M);
     std::vector<float> logprobs(b.M);
-    cpu::greedy_sample(rows.data(), b.M, vocab, tokens.data(), logprobs.data());
+    sample(rows.data(), tokens.data(), logprobs.data(), b.M);
     RowBits out;
     for (int p : b.positions) {
       out.push_back({static_cast<uint32_t>(tokens[p]), std::bit_cast<uint32_t>(logprobs[p])});
@@ -227,81 +271,79 @@ const char* mode_name(AttentionMode m) {
   return "?";
 }
 
-// A paged KV pool with kSeqs random sequences in shuffled physical blocks, and sequence 0 stored a
-// second time in other blocks (what a prefix-cache hit reads).
-struct AttentionPool {
+// The paged KV cache of the attention probes: kSeqs random sequences in shuffled physical blocks
+// (table s holds sequence s), and sequence 0 stored a second time in other blocks (table kSeqs:
+// what a prefix-cache hit reads).
+struct AttentionLayout {
   static constexpr int kBlockSize = 16;
   static constexpr int kSeqLen = 224;  // room for a 64-token chunk around the reference token
   static constexpr int kSeqs = 8;
   static constexpr int kBlocksPerSeq = kSeqLen / kBlockSize;
   static constexpr int kReferenceContext = 150;  // the reference row attends to [0, 150)
-
-  int kv_heads = 0, head_dim = 0, heads = 0;
-  std::vector<bf16> k, v;
-  KvPool pool;
-  std::vector<std::vector<int32_t>> tables;  // [kSeqs + 1]: the last is seq 0's copy
-
-  AttentionPool(const ModelConfig& cfg, uint32_t seed)
-      : kv_heads(cfg.num_kv_heads), head_dim(cfg.head_dim), heads(cfg.num_heads) {
-    std::mt19937 rng(seed + 8u);
-    const int num_blocks = (kSeqs + 1) * kBlocksPerSeq;
-    const size_t row = static_cast<size_t>(kv_heads) * head_dim;
-    k.resize(static_cast<size_t>(num_blocks) * kBlockSize * row);
-    v.resize(k.size());
-    pool = KvPool{k.data(), v.data(), num_blocks, kBlockSize, kv_heads, head_dim};
-    std::vector<int32_t> blocks(num_blocks);
-    for (int b = 0; b < num_blocks; ++b) blocks[b] = b;
-    std::shuffle(blocks.begin(), blocks.end(), rng);
-    for (int s = 0; s <= kSeqs; ++s) {
-      tables.emplace_back(blocks.begin() + s * kBlocksPerSeq,
-                          blocks.begin() + (s + 1) * kBlocksPerSeq);
-    }
-    std::vector<bf16> seq0_k, seq0_v;
-    for (int s = 0; s < kSeqs; ++s) {
-      std::vector<bf16> keys = random_bf16(rng, kSeqLen * row);
-      std::vector<bf16> values = random_bf16(rng, kSeqLen * row);
-      // Odd positions nearly cancel their even neighbour: the same key but for one ulp per element
-      // (almost the same softmax weight) and the negated value. The output is then much smaller
-      // than the terms summed for it, so a change in how the keys are split and combined reaches
-      // the bf16 result instead of vanishing below its rounding step.
-      for (int p = 1; p < kSeqLen; p += 2) {
-        for (size_t j = 0; j < row; ++j) {
-          keys[p * row + j].bits = keys[(p - 1) * row + j].bits ^ 1u;
-          values[p * row + j].bits = values[(p - 1) * row + j].bits ^ 0x8000u;
-        }
-      }
-      store(s, keys, values);
-      if (s == 0) seq0_k = keys, seq0_v = values;
-    }
-    store(kSeqs, seq0_k, seq0_v);
-  }
-
-  void store(int table, const std::vector<bf16>& keys, const std::vector<bf16>& values) {
-    std::vector<int64_t> slots(kSeqLen);
-    for (int p = 0; p < kSeqLen; ++p) {
-      slots[p] = static_cast<int64_t>(tables[table][p / kBlockSize]) * kBlockSize + p % kBlockSize;
-    }
-    cpu::write_kv(pool, keys.data(), values.data(), slots.data(), kSeqLen);
-  }
+  static constexpr int kCopyTable = kSeqs;       // sequence 0's copy
 };
 
-BatchRunner attention_runner(KernelFamily family, AttentionMode mode, const ModelConfig& cfg,
-                             uint32_t seed) {
-  auto kv = std::make_shared<AttentionPool>(cfg, seed);
+std::shared_ptr<const KvContents> attention_kv(const ModelConfig& cfg, uint32_t seed) {
+  using L = AttentionLayout;
+  std::mt19937 rng(seed + 8u);
+  auto kv = std::make_shared<KvContents>();
+  kv->num_blocks = (L::kSeqs + 1) * L::kBlocksPerSeq;
+  kv->block_size = L::kBlockSize;
+  kv->kv_heads = cfg.num_kv_heads;
+  kv->head_dim = cfg.head_dim;
+  kv->blocks_per_table = L::kBlocksPerSeq;
+  const size_t row = static_cast<size_t>(cfg.num_kv_heads) * cfg.head_dim;
+  std::vector<int32_t> blocks(kv->num_blocks);
+  for (int b = 0; b < kv->num_blocks; ++b) blocks[b] = b;
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  for (int s = 0; s <= L::kSeqs; ++s) {
+    kv->tables.emplace_back(blocks.begin() + s * L::kBlocksPerSeq,
+                            blocks.begin() + (s + 1) * L::kBlocksPerSeq);
+  }
+  const auto store = [&](int table, const std::vector<bf16>& keys,
+                         const std::vector<bf16>& values) {
+    KvContents::Write w{std::vector<int64_t>(L::kSeqLen), keys, values};
+    for (int p = 0; p < L::kSeqLen; ++p) {
+      w.slots[p] = static_cast<int64_t>(kv->tables[table][p / L::kBlockSize]) * L::kBlockSize +
+                   p % L::kBlockSize;
+    }
+    kv->writes.push_back(std::move(w));
+  };
+  for (int s = 0; s < L::kSeqs; ++s) {
+    std::vector<bf16> keys = random_bf16(rng, L::kSeqLen * row);
+    std::vector<bf16> values = random_bf16(rng, L::kSeqLen * row);
+    // Odd positions nearly cancel their even neighbour: the same key but for one ulp per element
+    // (almost the same softmax weight) and the negated value. The output is then much smaller
+    // than the terms summed for it, so a change in how the keys are split and combined reaches
+    // the bf16 result instead of vanishing below its rounding step.
+    for (int p = 1; p < L::kSeqLen; p += 2) {
+      for (size_t j = 0; j < row; ++j) {
+        keys[p * row + j].bits = keys[(p - 1) * row + j].bits ^ 1u;
+        values[p * row + j].bits = values[(p - 1) * row + j].bits ^ 0x8000u;
+      }
+    }
+    store(s, keys, values);
+    if (s == 0) store(L::kCopyTable, keys, values);
+  }
+  return kv;
+}
+
+BatchRunner attention_runner(const BackendPtr& backend, KernelFamily family, AttentionMode mode,
+                             const ModelConfig& cfg, uint32_t seed) {
+  using L = AttentionLayout;
+  const std::shared_ptr<const KvContents> kv = attention_kv(cfg, seed);
   const size_t q_width = static_cast<size_t>(cfg.num_heads) * cfg.head_dim;
   std::mt19937 rng(seed + 9u);
   auto q_ref = std::make_shared<std::vector<bf16>>(random_bf16(rng, q_width));
+  const ProbeBackend::Attention attend = backend->bind_attention(family, kv, cfg.num_heads);
   const bool decode = mode == AttentionMode::decode;
-  return [=](const Batch& b, std::mt19937& filler) {
-    const auto run = [&](const std::vector<bf16>& q, const std::vector<AttentionQuery>& queries) {
-      int num_decode = 0;
-      for (const auto& query : queries) num_decode += query.decode;
-      std::vector<bf16> out(queries.size() * q_width);
-      cpu::attention(family, q.data(), kv->pool, queries.data(), static_cast<int>(queries.size()),
-                     kv->heads, num_decode, out.data());
+  return [=, keep_alive = backend](const Batch& b, std::mt19937& filler) {
+    const auto run = [&](const std::vector<bf16>& q, const std::vector<AttentionRow>& rows) {
+      std::vector<bf16> out(rows.size() * q_width);  // [M, heads * head_dim]
+      attend(q.data(), rows.data(), static_cast<int>(rows.size()), out.data());
       return out;
     };
-    const int ref_ctx = AttentionPool::kReferenceContext;
+    const int ref_ctx = L::kReferenceContext;
     if (mode == AttentionMode::chunked) {
       // One batch per position: the chunk is M consecutive prefill tokens of sequence 0 with the
       // reference token (context ref_ctx) at the position; the other tokens' queries are random.
@@ -309,75 +351,93 @@ BatchRunner attention_runner(KernelFamily family, AttentionMode mode, const Mode
       for (int p : b.positions) {
         std::vector<bf16> q = random_bf16(filler, b.M * q_width);
         std::copy(q_ref->begin(), q_ref->end(), q.begin() + p * q_width);
-        std::vector<AttentionQuery> queries(b.M);
-        for (int m = 0; m < b.M; ++m) queries[m] = {kv->tables[0].data(), ref_ctx - p + m, false};
-        const std::vector<bf16> out = run(q, queries);
-        rows.push_back(pick_rows(out, q_width, {p})[0]);
+        std::vector<AttentionRow> chunk(b.M);
+        for (int m = 0; m < b.M; ++m) chunk[m] = {0, ref_ctx - p + m, false};
+        rows.push_back(pick_rows(run(q, chunk), q_width, {p})[0]);
       }
       return rows;
     }
     const std::vector<bf16> q = batch_rows(*q_ref, b, filler);  // [M, heads, head_dim]
-    std::vector<AttentionQuery> queries(b.M);
+    std::vector<AttentionRow> rows(b.M);
     for (int m = 0; m < b.M; ++m) {
-      const int seq = random_int(filler, 1, AttentionPool::kSeqs - 1);
-      queries[m] = {kv->tables[seq].data(), random_int(filler, 1, AttentionPool::kSeqLen), decode};
+      const int seq = random_int(filler, 1, L::kSeqs - 1);
+      rows[m] = {seq, random_int(filler, 1, L::kSeqLen), decode};
     }
     // A prefix-cache hit reads the reference row's keys from the copy in other blocks; its
     // reference is the same row over the blocks it was first written to.
     const bool from_copy = mode == AttentionMode::prefix_hit && !b.reference;
-    const int32_t* table = kv->tables[from_copy ? AttentionPool::kSeqs : 0].data();
-    for (int p : b.positions) queries[p] = {table, ref_ctx, decode};
-    return pick_rows(run(q, queries), q_width, b.positions);
+    for (int p : b.positions) rows[p] = {from_copy ? L::kCopyTable : 0, ref_ctx, decode};
+    return pick_rows(run(q, rows), q_width, b.positions);
   };
+}
+
+// Every kernel case of one model shape, one family, one backend.
+void add_shape_cases(std::vector<Case>& cases, Backend backend, const BackendChoice& choice,
+                     KernelFamily family, const ModelConfig& cfg, bool vocabulary_ops) {
+  const int H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
+  const float eps = cfg.rms_norm_eps;
+  const bool vendor = family == KernelFamily::vendor;
+  const auto add = [&](const std::string& op, const std::string& shape, Expect expect,
+                       int bit_width, RunnerMaker make_runner, RunTimeClaim claim = {}) {
+    cases.push_back(kernel_case(op, family, backend, choice, shape, expect, bit_width,
+                                std::move(make_runner), std::move(claim)));
+  };
+  for (const LinearShape& s : linear_shapes(cfg)) {
+    RunTimeClaim claim;
+    if (vendor && backend == Backend::cuda) {
+      claim = [=](ProbeBackend& b, const SweepOptions& o) {
+        return claim_from_gemm_reduction(b, family, s.N, s.K, o);
+      };
+    }
+    add(
+        "gemm", "n=" + std::to_string(s.N) + ",k=" + std::to_string(s.K),
+        vendor ? Expect::variant : Expect::invariant, 16,
+        [=](const BackendPtr& b, uint32_t seed) { return gemm_runner(b, family, s.N, s.K, seed); },
+        std::move(claim));
+  }
+  add("rms_norm", "h=" + std::to_string(H), Expect::invariant, 16,
+      [=](const BackendPtr& b, uint32_t seed) { return rms_norm_runner(b, H, eps, seed); });
+  add("add_rms_norm", "h=" + std::to_string(H), Expect::invariant, 16,
+      [=](const BackendPtr& b, uint32_t seed) { return add_rms_norm_runner(b, H, eps, seed); });
+  add("head_norm_rope",
+      "heads=" + std::to_string(cfg.num_heads) + ",head_dim=" + std::to_string(cfg.head_dim),
+      Expect::invariant, 16,
+      [=](const BackendPtr& b, uint32_t seed) { return head_norm_rope_runner(b, cfg, seed); });
+  add("silu_mul", "i=" + std::to_string(I), Expect::invariant, 16,
+      [=](const BackendPtr& b, uint32_t seed) { return silu_mul_runner(b, I, seed); });
+  if (vocabulary_ops) {
+    add("embedding", "vocab=" + std::to_string(V) + ",h=" + std::to_string(H), Expect::invariant,
+        16, [=](const BackendPtr& b, uint32_t seed) { return embedding_runner(b, V, H, seed); });
+  }
+  for (AttentionMode mode : {AttentionMode::prefill, AttentionMode::decode, AttentionMode::chunked,
+                             AttentionMode::prefix_hit}) {
+    const bool splits = vendor && mode == AttentionMode::decode;
+    add("attention",
+        std::string("mode=") + mode_name(mode) + ",heads=" + std::to_string(cfg.num_heads) +
+            ",kv_heads=" + std::to_string(cfg.num_kv_heads) +
+            ",head_dim=" + std::to_string(cfg.head_dim) +
+            ",ctx=" + std::to_string(AttentionLayout::kReferenceContext),
+        splits ? Expect::variant : Expect::invariant, 16, [=](const BackendPtr& b, uint32_t seed) {
+          return attention_runner(b, family, mode, cfg, seed);
+        });
+  }
+  if (vocabulary_ops) {
+    add("greedy_sample", "vocab=" + std::to_string(V), Expect::invariant, 32,
+        [=](const BackendPtr& b, uint32_t seed) { return greedy_sample_runner(b, V, seed); });
+  }
 }
 
 }  // namespace
 
 std::vector<Case> kernel_cases() {
-  const ModelConfig cfg = tiny();
-  const int H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
-  const float eps = cfg.rms_norm_eps;
+  const ModelConfig tiny = *preset_config("tiny");
+  const ModelConfig qwen3 = *preset_config("qwen3-1.7b");
   std::vector<Case> cases;
   for (Backend backend : {Backend::cpu, Backend::cuda}) {
+    const BackendChoice choice = backend_choice(backend);
     for (KernelFamily family : {KernelFamily::invariant, KernelFamily::vendor}) {
-      const bool vendor = family == KernelFamily::vendor;
-      for (const LinearShape& s : linear_shapes(cfg)) {
-        cases.push_back(kernel_case(
-            "gemm", family, backend, "n=" + std::to_string(s.N) + ",k=" + std::to_string(s.K),
-            vendor ? Expect::variant : Expect::invariant, 16,
-            [=](uint32_t seed) { return gemm_runner(family, s.N, s.K, seed); }));
-      }
-      cases.push_back(kernel_case("rms_norm", family, backend, "h=" + std::to_string(H),
-                                  Expect::invariant, 16,
-                                  [=](uint32_t seed) { return rms_norm_runner(H, eps, seed); }));
-      cases.push_back(
-          kernel_case("add_rms_norm", family, backend, "h=" + std::to_string(H), Expect::invariant,
-                      16, [=](uint32_t seed) { return add_rms_norm_runner(H, eps, seed); }));
-      cases.push_back(kernel_case(
-          "head_norm_rope", family, backend,
-          "heads=" + std::to_string(cfg.num_heads) + ",head_dim=" + std::to_string(cfg.head_dim),
-          Expect::invariant, 16, [=](uint32_t seed) { return head_norm_rope_runner(cfg, seed); }));
-      cases.push_back(kernel_case("silu_mul", family, backend, "i=" + std::to_string(I),
-                                  Expect::invariant, 16,
-                                  [=](uint32_t seed) { return silu_mul_runner(I, seed); }));
-      cases.push_back(kernel_case(
-          "embedding", family, backend, "vocab=" + std::to_string(V) + ",h=" + std::to_string(H),
-          Expect::invariant, 16, [=](uint32_t seed) { return embedding_runner(V, H, seed); }));
-      for (AttentionMode mode : {AttentionMode::prefill, AttentionMode::decode,
-                                 AttentionMode::chunked, AttentionMode::prefix_hit}) {
-        const bool splits = vendor && mode == AttentionMode::decode;
-        cases.push_back(kernel_case(
-            "attention", family, backend,
-            std::string("mode=") + mode_name(mode) + ",heads=" + std::to_string(cfg.num_heads) +
-                ",kv_heads=" + std::to_string(cfg.num_kv_heads) +
-                ",head_dim=" + std::to_string(cfg.head_dim) +
-                ",ctx=" + std::to_string(AttentionPool::kReferenceContext),
-            splits ? Expect::variant : Expect::invariant, 16,
-            [=](uint32_t seed) { return attention_runner(family, mode, cfg, seed); }));
-      }
-      cases.push_back(kernel_case("greedy_sample", family, backend, "vocab=" + std::to_string(V),
-                                  Expect::invariant, 32,
-                                  [=](uint32_t seed) { return greedy_sample_runner(V, seed); }));
+      add_shape_cases(cases, backend, choice, family, tiny, true);
+      if (backend == Backend::cuda) add_shape_cases(cases, backend, choice, family, qwen3, false);
     }
   }
   return cases;

@@ -1,14 +1,19 @@
-// probe.cpp: the probe engine of probe.hpp: sweep driver, filters, table, JSON, exit code.
+// probe.cpp: the probe engine of probe.hpp: sweep driver, filters, table, JSON, exit code; and the
+// backend plumbing of probe_backend.hpp (the CUDA hook, the threads of an emulated group's ranks).
 #include "probes/probe.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <set>
 #include <stdexcept>
+#include <thread>
 
 #include "harness/errors.hpp"
+#include "models/comm/communicator.hpp"
+#include "probes/probe_backend.hpp"
 
 namespace bih::probe {
 namespace {
@@ -16,6 +21,11 @@ namespace {
 std::function<Result(const SweepOptions&)>& nccl_runner_slot() {
   static std::function<Result(const SweepOptions&)> runner;
   return runner;
+}
+
+CudaBackendHook& cuda_hook_slot() {
+  static CudaBackendHook hook;
+  return hook;
 }
 
 std::string hex(uint32_t bits, int width) {
@@ -248,10 +258,66 @@ void set_nccl_runner(std::function<Result(const SweepOptions&)> runner) {
 
 const std::function<Result(const SweepOptions&)>& nccl_runner() { return nccl_runner_slot(); }
 
+void set_cuda_backend(CudaBackendHook hook) { cuda_hook_slot() = std::move(hook); }
+
+BackendChoice backend_choice(Backend backend) {
+  if (backend == Backend::cpu) return {make_cpu_backend, ""};
+  const CudaBackendHook& hook = cuda_hook_slot();
+  if (!hook.make) return {{}, kBuiltWithoutCuda};
+  std::string why = hook.unavailable ? hook.unavailable() : "";
+  if (!why.empty()) return {{}, std::move(why)};
+  return {hook.make, ""};
+}
+
+void run_ranks(int ranks, const std::function<void(int rank)>& body,
+               const std::function<void(const std::string& why)>& abort) {
+  std::vector<std::exception_ptr> failures(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        failures[r] = std::current_exception();
+        try {
+          abort("rank " + std::to_string(r) + " failed");
+        } catch (...) {  // the rank's own failure is the one to report
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::exception_ptr aborted;
+  for (const std::exception_ptr& f : failures) {
+    if (!f) continue;
+    try {
+      std::rethrow_exception(f);
+    } catch (const CommAborted&) {
+      if (!aborted) aborted = f;
+    }  // anything else leaves here: a rank's own failure
+  }
+  if (aborted) std::rethrow_exception(aborted);
+}
+
 bool filter_matches(const std::string& filter, const std::string& op, const std::string& id) {
   if (filter == "all") return true;
-  if (filter.find_first_of("*?(") == std::string::npos) return filter == op;
-  return glob_match(filter.c_str(), id.c_str());
+  if (filter.find_first_of("*?(") != std::string::npos) {
+    return glob_match(filter.c_str(), id.c_str());
+  }
+  if (filter.find('=') == std::string::npos) return filter == op;
+  // key=value[,key=value...]: each one a whole item of the id's list.
+  size_t start = 0;
+  while (start <= filter.size()) {
+    const size_t end = std::min(filter.find(',', start), filter.size());
+    const std::string item = filter.substr(start, end - start);
+    if (id.find("(" + item + ",") == std::string::npos &&
+        id.find("," + item + ",") == std::string::npos &&
+        id.find("," + item + ")") == std::string::npos) {
+      return false;
+    }
+    start = end + 1;
+  }
+  return true;
 }
 
 std::vector<Case> select_cases(const std::vector<Case>& cases,
@@ -274,8 +340,9 @@ std::vector<Case> select_cases(const std::vector<Case>& cases,
       }
       throw InputError("probe filter '" + filter + "' selects no case; valid: 'all', an op name (" +
                        ops +
-                       ") or a glob over a canonical id, e.g. 'gemm(family=vendor*' "
-                       "(bih probe --list prints the ids)");
+                       "), items of an id (e.g. backend=cuda or family=vendor,backend=cuda) or a "
+                       "glob over a canonical id, e.g. 'gemm(family=vendor*' (bih probe --list "
+                       "prints the ids)");
     }
   }
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -307,10 +374,8 @@ std::vector<Result> run_cases(const std::vector<Case>& cases, const SweepOptions
 std::string render_table(const std::vector<Result>& results) {
   size_t id_width = 2;
   for (const Result& r : results) id_width = std::max(id_width, r.id.size());
-  std::string out;
-  char line[64];
-  std::snprintf(line, sizeof line, "  %-*s", static_cast<int>(id_width), "id");
-  out += line + std::string("  status          expect       detail\n");
+  std::string out =
+      "  id" + std::string(id_width - 2, ' ') + "  status          expect       detail\n";
   int counts[5] = {0, 0, 0, 0, 0};
   int unmet = 0;
   for (const Result& r : results) {

@@ -7,7 +7,10 @@
 // that same row at the probed positions (first, middle, last; or all of them) and fresh random
 // rows elsewhere, and compares the row's output bits with the reference. Collective probes also
 // run the sweep twice, so a run-to-run difference shows up as `nondeterministic`.
-// One thin file per op family registers its cases: kernel_probes.cpp, collective_probes.cpp.
+// One thin file per op family registers its cases: kernel_probes.cpp, collective_probes.cpp; each
+// case of both backends, cpu and cuda, runs its op through a backend (probe_backend.hpp). The CUDA
+// backend is a CUDA leaf that the CLI installs; without it, or without a visible GPU, the CUDA
+// cases are listed as `unsupported` with the reason.
 #pragma once
 
 #include <cstdint>
@@ -112,17 +115,20 @@ Result sweep(const std::string& id, const std::string& op, Expect expect, const 
 uint64_t ulp_distance(uint32_t a, uint32_t b, int bit_width);
 
 // ---- registry and selection ----------------------------------------------------------------
-std::vector<Case> kernel_cases();
-std::vector<Case> collective_cases();
-std::vector<Case> all_cases();  // kernels, then collectives
+// The cases of this binary and machine: a CUDA case can run only once the CUDA backend is
+// installed (set_cuda_backend in probe_backend.hpp) and sees a GPU; call these after installing.
+std::vector<Case> kernel_cases();      // cpu, then cuda
+std::vector<Case> collective_cases();  // cpu, then cuda emulated groups, then nccl
+std::vector<Case> all_cases();         // kernels, then collectives
 
 // The NCCL fingerprint lives in the CUDA leaf; the CLI installs it where this build has NCCL.
 void set_nccl_runner(std::function<Result(const SweepOptions&)> runner);
 const std::function<Result(const SweepOptions&)>& nccl_runner();  // empty when none installed
 
-// A filter selects cases: "all"; an op name ("gemm", "nccl"); or a glob (* and ?) over the whole
-// canonical id, e.g. 'gemm(family=vendor*'. Throws InputError for a filter that selects nothing,
-// listing the op names.
+// A filter selects cases: "all"; an op name ("gemm", "nccl"); key=value items that must each be a
+// whole item of the id ("backend=cuda", "family=vendor,backend=cuda"); or a glob (* and ?) over
+// the whole canonical id, e.g. 'gemm(family=vendor*'. Throws InputError for a filter that selects
+// nothing, listing the op names.
 bool filter_matches(const std::string& filter, const std::string& op, const std::string& id);
 std::vector<Case> select_cases(const std::vector<Case>& cases,
                                const std::vector<std::string>& filters,

@@ -7,6 +7,9 @@
 #include "harness/atomic_file.hpp"
 #include "harness/cli/commands.hpp"
 #include "probes/probe.hpp"
+#if defined(BIH_HAVE_CUDA)
+#include "probes/cuda_probes.hpp"
+#endif
 #if defined(BIH_HAVE_NCCL)
 #include "probes/nccl_fingerprint.hpp"
 #endif
@@ -59,8 +62,10 @@ Command add_probe_command(CLI::App& app) {
   cmd->add_option("ops", args->filters,
                   "What to probe: 'all', an op name (gemm, rms_norm, add_rms_norm, "
                   "head_norm_rope, silu_mul, embedding, attention, greedy_sample, all_reduce, "
-                  "reduce_scatter, all_gather, nccl) or a glob over canonical ids, e.g. "
-                  "'gemm(family=vendor*'")
+                  "reduce_scatter, all_gather, nccl), items of the ids (e.g. backend=cuda, tp=4, "
+                  "'family=vendor,backend=cpu') or a glob over canonical ids, e.g. "
+                  "'gemm(family=vendor*'. Every op has cpu and cuda cases; the cuda ones report "
+                  "unsupported, with the reason, where this build has no CUDA or no GPU is visible")
       ->required();
   cmd->add_option("--batch-sizes", args->batch_sizes,
                   "Batch sizes M to sweep, e.g. 1..64 or 1,8,64")
@@ -69,8 +74,13 @@ Command add_probe_command(CLI::App& app) {
                 "Probe every row position of every batch, not only first, middle and last");
   cmd->add_option("--seed", args->seed, "Seed of all random data")->capture_default_str();
   cmd->add_option("--json", args->json, "Also write the results as JSON to FILE (atomically)");
-  cmd->add_flag("--list", args->list, "Print the selected canonical ids and run nothing");
+  cmd->add_flag("--list", args->list,
+                "Print the selected canonical ids, each with the reason when it cannot run here, "
+                "and run nothing");
   return {cmd, [args] {
+#if defined(BIH_HAVE_CUDA)
+            probe::install_cuda_backend();
+#endif
 #if defined(BIH_HAVE_NCCL)
             probe::set_nccl_runner(run_nccl_probe);
 #endif
@@ -81,7 +91,15 @@ Command add_probe_command(CLI::App& app) {
             const std::vector<probe::Case> cases =
                 probe::select_cases(probe::all_cases(), args->filters, options);
             if (args->list) {
-              for (const auto& c : cases) std::printf("%s\n", c.id(options).c_str());
+              for (const auto& c : cases) {
+                const std::string id = c.id(options);
+                if (c.run) {
+                  std::printf("%s\n", id.c_str());
+                } else {
+                  std::printf("%s  (unsupported here: %s)\n", id.c_str(),
+                              c.unsupported_reason.c_str());
+                }
+              }
               return 0;
             }
             const std::vector<probe::Result> results = probe::run_cases(cases, options);

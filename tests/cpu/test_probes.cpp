@@ -13,6 +13,7 @@
 
 #include "harness/errors.hpp"
 #include "probes/probe.hpp"
+#include "probes/probe_backend.hpp"
 #include "run_bih.hpp"
 
 namespace bih::probe {
@@ -51,6 +52,23 @@ TEST(ProbeIds, CanonicalIdsAreStableStrings) {
   EXPECT_TRUE(
       ids.count("reduce_scatter(order=ring,tp=4,dtype=bf16,h=256,m=1..64,"
                 "pos=first|middle|last,backend=cpu,comm=emulated)"));
+  // CUDA: every CPU case's twin, plus qwen3-1.7b's shapes.
+  EXPECT_TRUE(
+      ids.count("reduce_scatter(order=ring,tp=4,dtype=bf16,h=256,m=1..64,"
+                "pos=first|middle|last,backend=cuda,comm=emulated)"));
+  EXPECT_TRUE(
+      ids.count("gemm(family=vendor,dtype=bf16,n=2048,k=6144,m=1..64,pos=first|middle|last,"
+                "backend=cuda)"));
+  EXPECT_TRUE(
+      ids.count("attention(family=invariant,dtype=bf16,mode=prefix_hit,heads=16,kv_heads=8,"
+                "head_dim=128,ctx=150,m=1..64,pos=first|middle|last,backend=cuda)"));
+  for (const std::string& id : ids) {
+    const size_t cpu = id.find("backend=cpu");
+    if (cpu == std::string::npos) continue;
+    std::string twin = id;
+    twin.replace(cpu, 11, "backend=cuda");
+    EXPECT_TRUE(ids.count(twin)) << "no CUDA twin of " << id;
+  }
   EXPECT_TRUE(ids.count(
       "nccl(collectives=all_reduce|reduce_scatter,dtype=bf16,op=sum,backend=cuda,comm=nccl)"));
 
@@ -82,15 +100,25 @@ TEST(ProbeFilters, SelectByOpNameGlobAndAll) {
     return ids;
   };
   const auto gemm = ids_of({"gemm"});
-  EXPECT_EQ(gemm.size(), 20u);  // 5 shapes x 2 families x 2 backends
+  EXPECT_EQ(gemm.size(), 30u);  // 2 families x (5 tiny shapes on cpu, 5 tiny + 5 qwen3 on cuda)
   for (const auto& id : gemm) EXPECT_EQ(id.rfind("gemm(", 0), 0u) << id;
   const auto vendor = ids_of({"gemm(family=vendor*"});
-  EXPECT_EQ(vendor.size(), 10u);
+  EXPECT_EQ(vendor.size(), 15u);
   for (const auto& id : vendor) EXPECT_NE(id.find("family=vendor"), std::string::npos) << id;
   EXPECT_EQ(ids_of({"all"}).size(), cases.size());
   // Two filters select their union, each case once, in registry order.
   const auto both = ids_of({"rms_norm", "gemm(family=vendor*", "rms_norm"});
-  EXPECT_EQ(both.size(), 10u + 4u);
+  EXPECT_EQ(both.size(), 15u + 6u);
+  // key=value items: each must be a whole item of the id.
+  const auto cuda = ids_of({"backend=cuda"});
+  EXPECT_EQ(cuda.size(), 2u * 28u + 48u + 1u);  // kernels, emulated collectives, nccl
+  for (const auto& id : cuda) EXPECT_NE(id.find("backend=cuda"), std::string::npos) << id;
+  EXPECT_EQ(ids_of({"family=vendor,backend=cpu"}).size(), 15u);
+  EXPECT_EQ(ids_of({"tp=8,order=ring,backend=cpu"}).size(), 3u);
+  EXPECT_EQ(ids_of({"h=2048"}).size(), 2u * 2u);                   // rms_norm, add_rms_norm on cuda
+  EXPECT_EQ(ids_of({"h=256,backend=cpu"}).size(), 2u * 3u + 48u);  // norms, embedding, comms
+  EXPECT_THROW(select_cases(cases, {"backend=cud"}, o), InputError);
+  EXPECT_THROW(select_cases(cases, {"family=vendor,backend=nope"}, o), InputError);
   EXPECT_EQ(ids_of({"*tp=3*comm=emulated)"}).size(), 3u * 4u * 2u);
   // "rms_norm" is an op name, not a prefix: add_rms_norm is not selected.
   for (const auto& id : ids_of({"rms_norm"})) EXPECT_EQ(id.rfind("rms_norm(", 0), 0u) << id;
@@ -162,18 +190,126 @@ TEST(ProbeCollectives, OrderModelsGiveTheStatusesOfTheDesignTable) {
   EXPECT_EQ(checked, 3 * 4 * 4);
 }
 
-TEST(ProbeCuda, CudaCasesAreListedAsUnsupported) {
+// Restores the CUDA hook as this test binary has it (none: it does not link the CUDA leaf).
+struct CudaHookGuard {
+  CudaHookGuard() = default;
+  CudaHookGuard(const CudaHookGuard&) = delete;
+  CudaHookGuard& operator=(const CudaHookGuard&) = delete;
+  ~CudaHookGuard() { set_cuda_backend({}); }
+};
+
+TEST(ProbeCuda, CudaCasesAreListedAsUnsupportedWithTheReason) {
+  const CudaHookGuard guard;
   SweepOptions o;
   o.batch_sizes = {1};
-  int cuda = 0;
-  for (const Result& r : run_cases(select_cases(all_cases(), {"*backend=cuda*"}, o), o)) {
-    ++cuda;
-    EXPECT_EQ(r.status, Status::unsupported) << r.id;
-    EXPECT_TRUE(meets_expectation(r));
-    if (r.op == "nccl") continue;  // needs >= 2 GPUs and an NCCL build
-    EXPECT_NE(r.detail.find("no CUDA backend in this build yet"), std::string::npos) << r.detail;
+  // This binary has no CUDA backend installed; then one that sees no GPU is.
+  for (const std::string reason : {kBuiltWithoutCuda, kNoCudaGpu}) {
+    if (reason == kNoCudaGpu) {
+      set_cuda_backend(
+          {[] { return std::string(kNoCudaGpu); }, [] { return std::shared_ptr<ProbeBackend>(); }});
+    }
+    int cuda = 0;
+    for (const Result& r : run_cases(select_cases(all_cases(), {"backend=cuda"}, o), o)) {
+      ++cuda;
+      EXPECT_EQ(r.status, Status::unsupported) << r.id;
+      EXPECT_TRUE(meets_expectation(r));
+      if (r.op == "nccl") continue;  // needs >= 2 GPUs and an NCCL build
+      EXPECT_EQ(r.detail, reason) << r.id;
+    }
+    EXPECT_EQ(cuda, 2 * 28 + 48 + 1) << reason;  // kernels of 2 families, emulated comms, NCCL
   }
-  EXPECT_EQ(cuda, 2 * 15 + 48 + 1);  // kernels of 2 families, emulated collectives, NCCL
+}
+
+// The bih binary installs the CUDA backend where it is built with CUDA: without a GPU (CI compiles
+// with nvcc on machines without one) its CUDA cases say so; with a GPU they run.
+TEST(ProbeCuda, BihBinarySaysWhyItCannotRunCudaCasesOrRunsThem) {
+  const auto dir = testing::fresh_dir("probe-cuda");
+  const std::string json = (dir / "probe.json").string();
+  const auto r = testing::run_bih({"probe", "rms_norm(family=invariant,*h=256,*backend=cuda)",
+                                   "all_reduce(order=ring,tp=3,*backend=cuda,comm=emulated)",
+                                   "--batch-sizes", "1..3", "--json", json});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["results"].size(), 2u) << r.output;
+  const bool ran = j["results"][0]["status"] != "unsupported";
+  for (const auto& e : j["results"]) {
+    if (!BIH_BINARY_HAS_CUDA) {
+      EXPECT_EQ(e["status"], "unsupported") << e.dump();
+      EXPECT_EQ(e["detail"], kBuiltWithoutCuda) << e.dump();
+    } else if (!ran) {  // no GPU here: every CUDA case says so
+      EXPECT_EQ(e["status"], "unsupported") << e.dump();
+      EXPECT_EQ(e["detail"], kNoCudaGpu) << e.dump();
+    } else {  // a GPU: both ran and are as claimed
+      EXPECT_NE(e["status"], "unsupported") << e.dump();
+      EXPECT_TRUE(e["as_claimed"].get<bool>()) << e.dump();
+    }
+  }
+  const auto list = testing::run_bih({"probe", "backend=cuda", "--list"});
+  EXPECT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_NE(list.output.find("gemm(family=vendor,dtype=bf16,n=2048,k=6144,"), std::string::npos)
+      << list.output;
+  if (!ran) {
+    const std::string reason = BIH_BINARY_HAS_CUDA ? kNoCudaGpu : kBuiltWithoutCuda;
+    EXPECT_NE(list.output.find("backend=cuda)  (unsupported here: " + reason + ")"),
+              std::string::npos)
+        << list.output;
+  }
+}
+
+// Every CUDA case runs through whatever backend the hook installs. Here the CPU backend stands in
+// for the GPU: each CUDA twin of a CPU case must give that case's status, and the GEMM claim that
+// the vendor family reads from the backend must follow its split.
+TEST(ProbeCuda, CudaCasesRunThroughTheInstalledBackend) {
+  const CudaHookGuard guard;
+  set_cuda_backend({[] { return std::string(); }, make_cpu_backend});
+  SweepOptions o;
+  o.batch_sizes = parse_batch_sizes("1..3,15..17", "--batch-sizes");  // across kVendorSplitKMaxM
+  std::map<std::string, Result> by_id;
+  const std::vector<Case> cases = all_cases();
+  // The tiny-shape kernels and a sample of the collectives (qwen3's shapes are GPU-sized).
+  const auto selected = select_cases(
+      cases,
+      {"gemm(*k=256,*", "gemm(*k=768,*", "*norm(*h=256,*", "*head_dim=16,*", "silu_mul(*i=768,*",
+       "*vocab=2048*", "*order=ring,tp=3,*", "*order=arrival,tp=4,*", "*order=tree,tp=8,*"},
+      o);
+  for (const Result& r : run_cases(selected, o)) by_id[r.id] = r;
+  int twins = 0;
+  for (const auto& [id, r] : by_id) {
+    const size_t at = id.find("backend=cpu");
+    if (at == std::string::npos) continue;
+    std::string twin_id = id;
+    twin_id.replace(at, 11, "backend=cuda");
+    ASSERT_TRUE(by_id.count(twin_id)) << twin_id;
+    const Result& twin = by_id.at(twin_id);
+    ++twins;
+    EXPECT_EQ(twin.status, r.status) << twin_id << ": " << twin.detail;
+    EXPECT_TRUE(meets_expectation(twin)) << twin_id << ": " << twin.detail;
+    if (r.op == "gemm" && id.find("family=vendor") != std::string::npos) {
+      EXPECT_EQ(twin.expect, Expect::variant) << twin.detail;
+      EXPECT_NE(twin.detail.find("claimed variant: the K reduction is split 'splitK 4' at M=1, "
+                                 "'splitK 1' at M=16"),
+                std::string::npos)
+          << twin.detail;
+    }
+  }
+  EXPECT_EQ(twins, 2 * 15 + 3 * 3);
+
+  // A sweep that stays below the split point: the CUDA vendor GEMM then claims invariance (the
+  // CPU case keeps its fixed claim and fails it).
+  o.batch_sizes = {1, 2, 8};
+  const auto gemm = select_cases(cases, {"gemm(family=vendor,*n=256,k=768,*"}, o);
+  ASSERT_EQ(gemm.size(), 2u);
+  const std::vector<Result> results = run_cases(gemm, o);
+  EXPECT_EQ(results[0].status, Status::invariant);
+  EXPECT_FALSE(meets_expectation(results[0])) << results[0].detail;
+  EXPECT_EQ(results[1].status, Status::invariant);
+  EXPECT_EQ(results[1].expect, Expect::invariant);
+  EXPECT_TRUE(meets_expectation(results[1])) << results[1].detail;
+  EXPECT_NE(results[1].detail.find("claimed invariant: the K reduction is split 'splitK 4' at "
+                                   "every swept M"),
+            std::string::npos)
+      << results[1].detail;
 }
 
 TEST(ProbeEngine, SweepReportsTheFirstDifferenceAndRunToRunVariance) {
@@ -223,8 +359,9 @@ TEST(ProbeEngine, UlpDistanceCrossesZero) {
 TEST(ProbeCli, ExitCodesTableAndJson) {
   const auto dir = testing::fresh_dir("probe-cli");
   const std::string json = (dir / "probe.json").string();
-  auto r = testing::run_bih({"probe", "gemm(family=vendor,*n=256,k=768*backend=cpu)",
-                             "attention(family=invariant,*mode=decode*", "--json", json});
+  auto r =
+      testing::run_bih({"probe", "gemm(family=vendor,*n=256,k=768*backend=cpu)",
+                        "attention(family=invariant,*mode=decode*head_dim=16*", "--json", json});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("variant"), std::string::npos) << r.output;
   std::ifstream in(json);
@@ -237,8 +374,9 @@ TEST(ProbeCli, ExitCodesTableAndJson) {
   EXPECT_EQ(j["results"][1]["op"], "gemm");
   EXPECT_EQ(j["results"][1]["status"], "variant");
   EXPECT_EQ(j["results"][1]["first_difference"]["batch_size"], 16);
-  EXPECT_EQ(j["results"][2]["status"], "unsupported");
-  EXPECT_EQ(j["results"][2]["detail"], "no CUDA backend in this build yet");
+  EXPECT_EQ(j["results"][2]["op"], "attention");
+  EXPECT_NE(j["results"][2]["id"].get<std::string>().find("backend=cuda"), std::string::npos);
+  EXPECT_TRUE(j["results"][2]["as_claimed"].get<bool>());  // unsupported here, or run on a GPU
 
   // A claim that fails is a conformance failure: exit 1 (vendor gemm is claimed variant, and a
   // sweep that never leaves split-K cannot show it).
