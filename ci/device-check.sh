@@ -16,8 +16,12 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out/device}
 STAGES=${STAGES:-tests bench probes matrix explain}
 MATRIX_ONLY=${MATRIX_ONLY:-}
-mkdir -p "$OUT/results"
-R="$OUT/results"
+# Raw results live outside $OUT (the device tool returns few files) and are packed into
+# $OUT/device-results.tgz after every stage, so a run cut short still returns what it made.
+RAW=$(mktemp -d)
+R="$RAW/results"
+mkdir -p "$OUT" "$R"
+pack() { tar -czf "$OUT/device-results.tgz" -C "$RAW" results; }
 # NVLink multicast stays off on shared machines (DESIGN.md, KINDS.md).
 export NCCL_NVLS_ENABLE=0 NCCL_COLLNET_ENABLE=0
 summary() { echo "$*" | tee -a "$OUT/summary.txt"; }
@@ -36,7 +40,7 @@ if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIH_CUDA=ON \
   summary "BUILD FAILED (see results/configure.log, results/build.log)"
   grep -E "error|Error" "$R/build.log" | head -40
   tail -30 "$R/configure.log" 2>/dev/null
-  tar -czf "$OUT/device-results.tgz" -C "$OUT" results
+  pack
   exit 1
 fi
 summary "build: $(( $(date +%s) - start )) s"
@@ -47,6 +51,7 @@ if stage tests; then
     --gtest_output="json:$R/gpu-tests.json" >"$R/gpu-tests.log" 2>&1
   summary "gpu tests: exit $? in $(( $(date +%s) - t )) s ($(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$R/gpu-tests.log" | paste -sd';' -))"
   grep -E '^\[  FAILED  \]|Failure|error:' "$R/gpu-tests.log" | head -40
+  pack
 fi
 
 if stage bench; then
@@ -55,6 +60,7 @@ if stage bench; then
     >"$R/bench-cuda.txt" 2>&1
   summary "cuda bench: exit $? in $(( $(date +%s) - t )) s"
   grep -E "^BM_" "$R/bench-cuda.txt" | head -60
+  pack
 fi
 
 if stage probes; then
@@ -72,6 +78,7 @@ if stage probes; then
   "$build/bih" probe all --json "$R/probe-all.json" >"$R/probe-all.txt" 2>&1
   summary "probe all: exit $? in $(( $(date +%s) - t )) s ($(tail -1 "$R/probe-all.txt"))"
   grep -E "✗|variant.*expect" "$R/probe-all.txt" | head -20
+  pack
 fi
 
 if stage matrix; then
@@ -80,6 +87,7 @@ if stage matrix; then
     --set localize=true --out "$R/issue-56370-gpu" >"$R/issue-56370-gpu.txt" 2>&1
   summary "issue-56370-gpu: exit $? in $(( $(date +%s) - t )) s"
   grep -vE "^\[|^ *(step|fresh)" "$R/issue-56370-gpu.txt" | tail -40
+  pack
 fi
 
 if stage explain; then
@@ -98,6 +106,6 @@ if stage cpu; then
   summary "issue-56370 (CPU engine on this host): exit $? ($(tail -2 "$R/issue-56370.txt" | head -1))"
 fi
 
-tar -czf "$OUT/device-results.tgz" -C "$OUT" results
+pack
 echo "-----"
 cat "$OUT/summary.txt"
