@@ -6,7 +6,7 @@
 #   bench    the GEMM benchmark (invariant vs cuBLAS defaults) and the decode step vs the HBM floor
 #   probes   `bih probe nccl` under several NCCL_ALGO settings and `bih probe all`
 #   matrix   scenarios/issue-56370-gpu.json (qwen3-1.7b on the CUDA backend), filtered by
-#            MATRIX_ONLY (a --only glob; default every scenario), with localization on
+#            MATRIX_ONLY (space-separated --only globs; default every scenario), localization on
 #   explain  `bih explain` of the TP=4 SP ring report (the first divergent op on the GPU)
 #   cpu      the CPU matrix scenarios/issue-56370.json on this host
 # STAGES selects them (default "tests bench probes matrix explain"). Everything lands under $OUT
@@ -83,7 +83,11 @@ fi
 
 if stage matrix; then
   t=$(date +%s)
-  "$build/bih" run scenarios/issue-56370-gpu.json ${MATRIX_ONLY:+--only "$MATRIX_ONLY"} \
+  only=()
+  set -f  # the filters are bih globs, not file names
+  for f in $MATRIX_ONLY; do only+=(--only "$f"); done
+  set +f
+  "$build/bih" run scenarios/issue-56370-gpu.json "${only[@]}" \
     --set localize=true --out "$R/issue-56370-gpu" >"$R/issue-56370-gpu.txt" 2>&1
   summary "issue-56370-gpu: exit $? in $(( $(date +%s) - t )) s"
   grep -vE "^\[|^ *(step|fresh)" "$R/issue-56370-gpu.txt" | tail -40

@@ -338,23 +338,18 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
   const int L = c.num_layers;
   const bool tracing = step.trace != nullptr;
 
+  // Without SP every rank holds every row: the normed rows are read where they were written,
+  // and the all_reduce combines in place.
+  bf16* const full_rows = step.sp ? r.h_full.get() : r.h_local.get();  // [Mp, H] normed
+  bf16* const reduced = step.sp ? r.reduced.get() : r.partial.get();   // [S, H] combined
   auto gather = [&] {
-    if (step.sp) {
-      comm.all_gather(r.h_local.get(), r.h_full.get(), static_cast<size_t>(S) * H);
-    } else {
-      cudaCheck(cudaMemcpyAsync(r.h_full.get(), r.h_local.get(),
-                                static_cast<size_t>(S) * H * sizeof(bf16),
-                                cudaMemcpyDeviceToDevice, s));
-    }
+    if (step.sp) comm.all_gather(r.h_local.get(), r.h_full.get(), static_cast<size_t>(S) * H);
   };
   auto reduce = [&] {
     if (step.sp) {
       comm.reduce_scatter(r.partial.get(), r.reduced.get(), static_cast<size_t>(S) * H);
     } else {
       comm.all_reduce(r.partial.get(), static_cast<size_t>(Mp) * H);
-      cudaCheck(cudaMemcpyAsync(r.reduced.get(), r.partial.get(),
-                                static_cast<size_t>(Mp) * H * sizeof(bf16),
-                                cudaMemcpyDeviceToDevice, s));
     }
   };
   auto reduce_detail = [&](int row) {
@@ -399,13 +394,13 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
       record_sharded(l, "o_proj", r.partial.get(), H, gemm_detail(r, Mp, H, q_cols));
     }
     reduce();
-    record_stream(l, "attn_reduce", r.reduced.get(), reduce_detail);
-    add_rms_norm(r.residual.get(), r.reduced.get(), lw.post_attention_layernorm, r.h_local.get(),
+    record_stream(l, "attn_reduce", reduced, reduce_detail);
+    add_rms_norm(r.residual.get(), reduced, lw.post_attention_layernorm, r.h_local.get(),
                  S, H, eps, s);
     record_stream(l, "attn_residual", r.residual.get(), fixed("residual add"));
     record_stream(l, "mlp_norm", r.h_local.get(), fixed("rms_norm"));
     gather();
-    r.gemm->gemm(family, r.h_full.get(), lw.gate_up, r.gate_up.get(), Mp, 2 * I, H, s);
+    r.gemm->gemm(family, full_rows, lw.gate_up, r.gate_up.get(), Mp, 2 * I, H, s);
     silu_mul(r.gate_up.get(), r.act.get(), Mp, I, s);
     r.gemm->gemm(family, r.act.get(), lw.down, r.partial.get(), Mp, H, I, s);
     if (tracing) {
@@ -414,10 +409,10 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
       record_sharded(l, "down", r.partial.get(), H, gemm_detail(r, Mp, H, I));
     }
     reduce();
-    record_stream(l, "mlp_reduce", r.reduced.get(), reduce_detail);
+    record_stream(l, "mlp_reduce", reduced, reduce_detail);
     const bool last = l + 1 == L;
     const bf16* next_norm = last ? w.final_norm : w.layers[l + 1].input_layernorm;
-    add_rms_norm(r.residual.get(), r.reduced.get(), next_norm, r.h_local.get(), S, H, eps, s);
+    add_rms_norm(r.residual.get(), reduced, next_norm, r.h_local.get(), S, H, eps, s);
     record_stream(l, "mlp_residual", r.residual.get(), fixed("residual add"));
     record_stream(last ? -1 : l + 1, last ? "final_norm" : "attn_norm", r.h_local.get(),
                   fixed("rms_norm"));
@@ -427,7 +422,7 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
 
   const int l = piece;
   const DeviceLayerWeights& lw = w.layers[l];
-  r.gemm->gemm(family, r.h_full.get(), lw.qkv, r.qkv.get(), Mp, qkv_cols, H, s);
+  r.gemm->gemm(family, full_rows, lw.qkv, r.qkv.get(), Mp, qkv_cols, H, s);
   if (tracing) record_sharded(l, "qkv", r.qkv.get(), qkv_cols, gemm_detail(r, Mp, qkv_cols, H));
   // Split [Mp, q | k | v] into three contiguous tensors (2D copies: capturable, no kernel).
   const size_t pitch = static_cast<size_t>(qkv_cols) * sizeof(bf16);
@@ -501,7 +496,8 @@ void CudaForward::Impl::logits_and_sample(int index, StepBatch& step) {
   const int tp = options.tp;
   if (Ms == 0) return;
   // The sampling rows of the gathered hidden states: an embedding lookup is a row gather.
-  embedding(r.h_full.get(), step.rows_padded, r.logit_rows.get(), r.selected.get(), Ms, H, s);
+  const bf16* full_rows = step.sp ? r.h_full.get() : r.h_local.get();  // [Mp, H] final-normed
+  embedding(full_rows, step.rows_padded, r.logit_rows.get(), r.selected.get(), Ms, H, s);
   r.gemm->gemm(options.kernels, r.selected.get(), r.w->lm_head, r.logits_local.get(), Ms, Vl, H, s);
   const bool tracing = step.trace != nullptr;
   const long traced =
