@@ -202,6 +202,13 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     }
     const nlohmann::json meta = read_json_file((work / "meta.json").string());
     for (const auto& [key, value] : meta.at("model").items()) report.model[key] = value;
+    report.engine = {{"backend", meta.value("backend", "cpu")},
+                     {"communicator", meta.value("communicator", "")}};
+    if (scenario.ranks == RankKind::nccl) {
+      nlohmann::json nccl_env = report.environment.value("nccl_env", nlohmann::json::object());
+      for (const auto& [key, value] : scenario.nccl_env) nccl_env[key] = value;
+      report.engine["nccl_env"] = nccl_env;
+    }
     for (const ComparisonSpec& c : plan.comparisons) {
       outcome.comparisons.push_back(compare(gens.at(c.a), gens.at(c.b), c.kind,
                                             static_cast<size_t>(options.max_divergences)));

@@ -55,7 +55,7 @@ Backend resolved_backend(const Scenario& s);
 
 // What the CUDA leaf offers, registered at startup by a build with CUDA.
 struct CudaBackendHooks {
-  std::function<int()> gpu_count;              // visible GPUs
+  std::function<int()> gpu_count;               // visible GPUs
   std::function<std::string()> nccl_unique_id;  // empty when built without NCCL
   std::function<EngineBundle(const Scenario&, std::shared_ptr<const ModelWeights>,
                              const RankAssignment&)>

@@ -126,9 +126,8 @@ std::string summarize_localization(const Localization& l) {
 
 }  // namespace
 
-Localization localize(const Scenario& scenario, const std::string& kind,
-                      const std::string& a_label, const std::string& b_label, int prompt,
-                      int step) {
+Localization localize(const Scenario& scenario, const std::string& kind, const std::string& a_label,
+                      const std::string& b_label, int prompt, int step) {
   // Capture needs every rank in this process: NCCL ranks (one process per GPU) are re-run as
   // emulated ranks of the same order models on one GPU, and the summary says so.
   Scenario s = scenario;
@@ -159,8 +158,9 @@ Localization localize(const Scenario& scenario, const std::string& kind,
   compare_traces(ta, tb, l);
   l.summary = summarize_localization(l);
   if (emulated_instead) {
-    l.summary += " (re-run with emulated ranks of the same order models on one GPU: capture needs "
-                 "every rank in one process, and NCCL ranks are one process per GPU)";
+    l.summary +=
+        " (re-run with emulated ranks of the same order models on one GPU: capture needs "
+        "every rank in one process, and NCCL ranks are one process per GPU)";
   }
   return l;
 }

@@ -99,19 +99,21 @@ nlohmann::json make_report(const ReportInput& in) {
   for (const GenerationTiming& g : in.generations) generations.push_back(to_json(g));
   json comparisons = json::array();
   for (const Comparison& c : in.comparisons) comparisons.push_back(to_json(c));
-  return {{"schema", kReportSchema},
-          {"id", in.id},
-          {"scenario", in.scenario},
-          {"environment", in.environment},
-          {"model", in.model},
-          {"generations", std::move(generations)},
-          {"comparisons", std::move(comparisons)},
-          {"verdict", to_string(in.verdict)},
-          {"reason", in.reason.empty() ? json() : json(in.reason)},
-          {"expect", in.expect ? json(to_string(*in.expect)) : json()},
-          {"expect_met", in.expect ? json(*in.expect == in.verdict) : json()},
-          {"wall_s", in.wall_s},
-          {"created_at", in.created_at.empty() ? utc_now_iso8601() : in.created_at}};
+  json report = {{"schema", kReportSchema},
+                 {"id", in.id},
+                 {"scenario", in.scenario},
+                 {"environment", in.environment},
+                 {"model", in.model},
+                 {"generations", std::move(generations)},
+                 {"comparisons", std::move(comparisons)},
+                 {"verdict", to_string(in.verdict)},
+                 {"reason", in.reason.empty() ? json() : json(in.reason)},
+                 {"expect", in.expect ? json(to_string(*in.expect)) : json()},
+                 {"expect_met", in.expect ? json(*in.expect == in.verdict) : json()},
+                 {"wall_s", in.wall_s},
+                 {"created_at", in.created_at.empty() ? utc_now_iso8601() : in.created_at}};
+  if (in.engine.is_object()) report["engine"] = in.engine;
+  return report;
 }
 
 std::string report_file_name(const std::string& id) {

@@ -35,8 +35,9 @@ struct ReportInput {
   nlohmann::json scenario;  // the resolved scenario (Scenario::to_json())
   std::string id;           // its canonical id (Scenario::id())
   std::optional<Verdict> expect;
-  nlohmann::json model;  // {"preset": "tiny", "seed": 0, "weights_hash": "..."} or
-                         // {"path": "/ckpt", "weights_hash": "..."}
+  nlohmann::json model;   // {"preset": "tiny", "seed": 0, "weights_hash": "..."} or
+                          // {"path": "/ckpt", "weights_hash": "..."}
+  nlohmann::json engine;  // {"backend", "communicator", "nccl_env"}; null when no worker ran
   std::vector<GenerationTiming> generations;
   std::vector<Comparison> comparisons;
   Verdict verdict = Verdict::error;

@@ -3,9 +3,9 @@
 #include <fmt/core.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -63,8 +63,9 @@ int run_worker(const WorkerArgs& args) {
   const bool writer = args.rank <= 0;  // NCCL ranks other than 0 compute but write nothing
   if (s.ranks == RankKind::nccl) {
     if (args.rank < 0 || args.nccl_unique_id.empty()) {
-      throw InputError(args.scenario_file, "/parallel/ranks",
-                       "ranks nccl: the worker needs --rank and --nccl-id (the driver passes them)");
+      throw InputError(
+          args.scenario_file, "/parallel/ranks",
+          "ranks nccl: the worker needs --rank and --nccl-id (the driver passes them)");
     }
     // NCCL reads its environment at communicator creation: the scenario's pins go in first.
     for (const auto& [key, value] : s.nccl_env) setenv(key.c_str(), value.c_str(), 1);

@@ -45,7 +45,8 @@ uint64_t kv_context_hash(const cpu::KvPool& kv, const cpu::AttentionQuery& query
 struct StepBatch {
   int rows_real = 0;    // M: real tokens
   int rows_padded = 0;  // after graph padding, then SP padding to a multiple of tp
-  bool graph_padded = false;  // graphs on and rows_real within the capture sizes: a graph may run it
+  bool graph_padded =
+      false;  // graphs on and rows_real within the capture sizes: a graph may run it
   bool sp = false;
   std::vector<int32_t> tokens;               // [rows_padded]
   std::vector<int32_t> positions;            // [rows_padded]

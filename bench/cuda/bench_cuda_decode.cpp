@@ -103,8 +103,8 @@ void register_decode_benchmarks() {
   for (int bs : {1, 64}) {
     for (bih::GraphMode mode : {bih::GraphMode::none, bih::GraphMode::full}) {
       benchmark::RegisterBenchmark(
-          ("BM_DecodeStep/qwen3-1.7b/tp:1/bs:" + std::to_string(bs) + "/graph:" +
-           bih::to_string(mode))
+          ("BM_DecodeStep/qwen3-1.7b/tp:1/bs:" + std::to_string(bs) +
+           "/graph:" + bih::to_string(mode))
               .c_str(),
           [bs, mode](benchmark::State& state) { BM_DecodeStep(state, bs, mode); })
           ->UseManualTime()

@@ -83,7 +83,8 @@ EngineBundle make_cuda_engine(const Scenario& s, std::shared_ptr<const ModelWeig
         assignment.rank, s.tp, parse_nccl_unique_id_hex(assignment.nccl_unique_id), device,
         options);
     NcclCommunicator* comm = res->nccl.get();
-    locals.push_back(LocalRank{assignment.rank, comm, comm->stream(), [comm] { comm->synchronize(); }});
+    locals.push_back(
+        LocalRank{assignment.rank, comm, comm->stream(), [comm] { comm->synchronize(); }});
     b.communicator = comm->describe();
   } else {
     res->group = std::make_unique<EmulatedGpuGroup>(s.tp, orders, s.ring_order, device,

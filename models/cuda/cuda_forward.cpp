@@ -122,7 +122,7 @@ struct CudaForward::Impl {
     DeviceArray<bf16> selected, logits_local, gathered, logits;
     DeviceArray<int32_t> sampled;
     DeviceArray<float> logprobs;
-    cudaEvent_t ready = nullptr;  // the rank's work before a graph launch
+    cudaEvent_t ready = nullptr;   // the rank's work before a graph launch
     cudaEvent_t joined = nullptr;  // the rank's captured work, joined back to the origin stream
   };
 
@@ -190,7 +190,8 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> model, EngineOptions
   cudaCheck(cudaGetDeviceProperties(&prop, device));
   m.device_name = prop.name;
   const ModelConfig& c = m.model->config();
-  m.rope = upload_rope_table(cpu::RopeTable::make(c.head_dim, c.rope_theta, m.options.max_model_len));
+  m.rope =
+      upload_rope_table(cpu::RopeTable::make(c.head_dim, c.rope_theta, m.options.max_model_len));
   cudaCheck(cudaStreamCreateWithFlags(&m.origin, cudaStreamNonBlocking));
   cudaCheck(cudaEventCreateWithFlags(&m.fork, cudaEventDisableTiming));
   cudaCheck(cudaEventCreateWithFlags(&m.launched, cudaEventDisableTiming));
@@ -204,8 +205,8 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> model, EngineOptions
     r->local = local;
     r->w = &m.model->rank(local.rank);
     r->gemm = std::make_unique<CudaGemm>(gemm_options);
-    const size_t pool = static_cast<size_t>(num_blocks) * m.options.block_size *
-                        r->w->kv_heads_local * c.head_dim;
+    const size_t pool =
+        static_cast<size_t>(num_blocks) * m.options.block_size * r->w->kv_heads_local * c.head_dim;
     r->kv.reserve(static_cast<size_t>(c.num_layers) * 2 * pool);
     for (int l = 0; l < c.num_layers; ++l) {
       bf16* base = r->kv.get() + static_cast<size_t>(l) * 2 * pool;
@@ -254,8 +255,8 @@ void CudaForward::Impl::reserve(const StepBatch& step) {
       const size_t q_cols = static_cast<size_t>(r->w->heads_local) * c.head_dim;
       const size_t kv_cols = static_cast<size_t>(r->w->kv_heads_local) * c.head_dim;
       const size_t I = r->w->intermediate_local;
-      for (DeviceArray<bf16>* a : {&r->residual, &r->h_local, &r->h_full, &r->partial,
-                                   &r->reduced}) {
+      for (DeviceArray<bf16>* a :
+           {&r->residual, &r->h_local, &r->h_full, &r->partial, &r->reduced}) {
         a->reserve(R * H);
       }
       r->qkv.reserve(R * (q_cols + 2 * kv_cols));
@@ -395,8 +396,8 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
     }
     reduce();
     record_stream(l, "attn_reduce", reduced, reduce_detail);
-    add_rms_norm(r.residual.get(), reduced, lw.post_attention_layernorm, r.h_local.get(),
-                 S, H, eps, s);
+    add_rms_norm(r.residual.get(), reduced, lw.post_attention_layernorm, r.h_local.get(), S, H, eps,
+                 s);
     record_stream(l, "attn_residual", r.residual.get(), fixed("residual add"));
     record_stream(l, "mlp_norm", r.h_local.get(), fixed("rms_norm"));
     gather();
@@ -453,7 +454,8 @@ void CudaForward::Impl::enqueue_attention(Rank& r, StepBatch& step, int layer) {
   // The context each traced query attends to, hashed as the CPU backend hashes it: copy the
   // query's KV blocks to the host in a pool of their own.
   const KvPool& pool = r.pools[layer];
-  const size_t block_elems = static_cast<size_t>(pool.block_size) * pool.num_kv_heads * pool.head_dim;
+  const size_t block_elems =
+      static_cast<size_t>(pool.block_size) * pool.num_kv_heads * pool.head_dim;
   for (size_t i = 0; i < step.trace_rows.size(); ++i) {
     const int row = step.trace_rows[i];
     const cpu::AttentionQuery& query = step.queries[row];
@@ -469,8 +471,8 @@ void CudaForward::Impl::enqueue_attention(Rank& r, StepBatch& step, int layer) {
       table[b] = b;
     }
     cudaCheck(cudaStreamSynchronize(s));
-    const cpu::KvPool host{k.data(), v.data(), blocks, pool.block_size, pool.num_kv_heads,
-                           pool.head_dim};
+    const cpu::KvPool host{k.data(),        v.data(),          blocks,
+                           pool.block_size, pool.num_kv_heads, pool.head_dim};
     std::string detail = "attention over " + std::to_string(query.context_len) + " keys";
     if (options.kernels == KernelFamily::vendor && query.decode) {
       detail += " (vendor decode: " + std::to_string(cpu::vendor_decode_splits(step.num_decode)) +
@@ -652,8 +654,8 @@ void CudaForward::run(StepBatch& step) {
   m.host_logit_rows.assign(step.logit_rows.begin(), step.logit_rows.end());
 
   // Which pieces run as graphs, decided once for all ranks.
-  const bool graphs = m.options.graph_mode != GraphMode::none && step.graph_padded &&
-                      step.trace == nullptr;
+  const bool graphs =
+      m.options.graph_mode != GraphMode::none && step.graph_padded && step.trace == nullptr;
   const int splits =
       m.options.kernels == KernelFamily::vendor ? cpu::vendor_decode_splits(step.num_decode) : 0;
   std::vector<GraphKey> keys;

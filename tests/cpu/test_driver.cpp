@@ -93,6 +93,45 @@ TEST(Driver, UnsupportedIsNeverEmulatedSilently) {
   EXPECT_EQ(read_json_file(files[0].string()).at("verdict"), "unsupported");
 }
 
+// A cuda scenario on a machine that cannot run it answers `unsupported` with the reason, and a
+// claim it cannot check is not a failure (exit 0); where a GPU is present it really runs there.
+TEST(Driver, CudaScenarioRunsOnTheGpuOrIsUnsupportedWithTheReason) {
+  const auto dir = testing::fresh_dir("driver-cuda");
+  write_text(dir / "s.json",
+             std::string(kSmallBase) + R"(, "backend": "cuda", "expect": "invariant"})");
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  const auto files = testing::report_files(dir / "out");
+  ASSERT_EQ(files.size(), 1u);
+  const auto report = read_json_file(files[0].string());
+  if (report.at("verdict") == "unsupported") {
+    const std::string reason = report.at("reason");
+    EXPECT_NE(reason.find(BIH_BINARY_HAS_CUDA ? "no CUDA GPU is visible" : "built without CUDA"),
+              std::string::npos)
+        << reason;
+    EXPECT_FALSE(report.contains("engine"));
+    EXPECT_NE(r.output.find("0 not as expected"), std::string::npos) << r.output;
+  } else {
+    EXPECT_EQ(report.at("verdict"), "invariant");
+    EXPECT_EQ(report.at("engine").at("backend").get<std::string>().rfind("cuda(", 0), 0u);
+  }
+}
+
+TEST(Driver, ReportNamesTheBackendAndCommunicatorThatRan) {
+  const auto dir = testing::fresh_dir("driver-engine");
+  write_text(dir / "s.json", std::string(kSmallBase) + "}");
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto files = testing::report_files(dir / "out");
+  ASSERT_EQ(files.size(), 1u);
+  const auto engine = read_json_file(files[0].string()).at("engine");
+  EXPECT_EQ(engine.at("backend"), "cpu");
+  EXPECT_EQ(engine.at("communicator"), "emulated(ar=tree,rs=ring,ag=ring)");
+  EXPECT_FALSE(engine.contains("nccl_env"));
+}
+
 TEST(Driver, UnknownKeyExitsTwoNamingFilePointerAndSuggestion) {
   const auto dir = testing::fresh_dir("driver-badkey");
   write_text(dir / "bad.json", R"({"kernals": "invariant"})");

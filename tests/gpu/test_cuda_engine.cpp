@@ -109,14 +109,14 @@ TEST_P(CudaEngineInvariance, InvariantFamilyIsBitwiseBatchInvariant) {
   EXPECT_EQ(differing(run.batched, run.alone), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    TpAndGraphs, CudaEngineInvariance,
-    ::testing::Combine(::testing::Values(1, 2, 4),
-                       ::testing::Values(GraphMode::none, GraphMode::piecewise, GraphMode::full)),
-    [](const auto& info) {
-      return "tp" + std::to_string(std::get<0>(info.param)) + "_graph_" +
-             to_string(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(TpAndGraphs, CudaEngineInvariance,
+                         ::testing::Combine(::testing::Values(1, 2, 4),
+                                            ::testing::Values(GraphMode::none, GraphMode::piecewise,
+                                                              GraphMode::full)),
+                         [](const auto& info) {
+                           return "tp" + std::to_string(std::get<0>(info.param)) + "_graph_" +
+                                  to_string(std::get<1>(info.param));
+                         });
 
 TEST(CudaEngine, GraphReplaysEqualEagerSteps) {
   BIH_SKIP_WITHOUT_GPU();
