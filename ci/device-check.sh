@@ -8,6 +8,10 @@
 #   matrix   scenarios/issue-56370-gpu.json (qwen3-1.7b on the CUDA backend), filtered by
 #            MATRIX_ONLY (space-separated --only globs; default every scenario), localization on
 #   explain  `bih explain` of the TP=4 SP ring report (the first divergent op on the GPU)
+#   nccl     issue 6: `bih probe nccl` on every GPU of the machine, then
+#            scenarios/issue-56370-nccl.json with real NCCL at the TP sizes in NCCL_TPS (default
+#            "4 8"; TP sizes above the GPU count come out `unsupported`), filtered by NCCL_ONLY,
+#            each failing cell localized; and its matrix (matrix.md) beside the emulated cells
 #   cpu      the CPU matrix scenarios/issue-56370.json on this host
 # STAGES selects them (default "tests bench probes matrix explain"). Everything lands under $OUT
 # (default out/device): summary.txt and device-results.tgz.
@@ -103,6 +107,30 @@ if stage explain; then
   else
     summary "explain: no TP=4 SP ring report to explain (matrix stage filtered it out)"
   fi
+fi
+
+if stage nccl; then
+  t=$(date +%s)
+  "$build/bih" probe nccl --json "$R/probe-nccl-all-gpus.json" >"$R/probe-nccl-all-gpus.txt" 2>&1
+  summary "probe nccl on $(nvidia-smi -L | wc -l) GPUs: exit $?"
+  tps=$(echo "${NCCL_TPS:-4 8}" | tr ' ' ',')
+  sed "s/\"parallel.tp\": \[4, 8\]/\"parallel.tp\": [$tps]/" scenarios/issue-56370-nccl.json \
+    >"$RAW/issue-56370-nccl.json"
+  only=()
+  set -f
+  for f in ${NCCL_ONLY:-}; do only+=(--only "$f"); done
+  set +f
+  "$build/bih" run "$RAW/issue-56370-nccl.json" "${only[@]}" --out "$R/issue-56370-nccl" \
+    >"$R/issue-56370-nccl.txt" 2>&1
+  summary "issue-56370-nccl (tp $tps): exit $? in $(( $(date +%s) - t )) s"
+  "$build/bih" run "$RAW/issue-56370-nccl.json" "${only[@]}" --set parallel.ranks=emulated \
+    --set localize=false --out "$R/issue-56370-nccl" >"$R/issue-56370-nccl-emulated.txt" 2>&1
+  summary "the same cells emulated: exit $?"
+  "$build/bih" matrix "$R/issue-56370-nccl" --out "$R/issue-56370-nccl" --format md \
+    --rows parallel.tp,parallel.ranks,sequence_parallel.enabled,sequence_parallel.min_tokens,collectives.reduce_scatter \
+    --title "issue 56370: real NCCL beside emulation" >/dev/null 2>&1
+  grep -vE "^\[|^ *(step|fresh)" "$R/issue-56370-nccl.txt" | tail -30
+  pack
 fi
 
 if stage cpu; then
