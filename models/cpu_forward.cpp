@@ -3,11 +3,9 @@
 
 #include <algorithm>
 #include <bit>
-#include <exception>
 #include <functional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 namespace bih {
 
@@ -288,34 +286,11 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
 }
 
 void CpuForward::run(StepBatch& step) {
-  const int tp = options_.tp;
-  std::vector<std::exception_ptr> errors(tp);
-  auto run_rank = [&](int r) {
-    try {
-      forward_rank(r, step);
-    } catch (...) {
-      errors[r] = std::current_exception();
-      comms_[r]->abort("rank " + std::to_string(r) + " failed during a forward step");
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(tp - 1);
-  for (int r = 1; r < tp; ++r) threads.emplace_back(run_rank, r);
-  run_rank(0);
-  for (auto& t : threads) t.join();
-  // Prefer the root cause over the CommAborted it triggered on the peers.
-  std::exception_ptr first_abort;
-  for (auto& e : errors) {
-    if (!e) continue;
-    try {
-      std::rethrow_exception(e);
-    } catch (const CommAborted&) {
-      if (!first_abort) first_abort = e;
-    } catch (...) {
-      throw;
-    }
-  }
-  if (first_abort) std::rethrow_exception(first_abort);
+  run_ranks(
+      options_.tp, [&](int r) { forward_rank(r, step); },
+      [&](int r) {
+        comms_[r]->abort("rank " + std::to_string(r) + " failed during a forward step");
+      });
 }
 
 }  // namespace bih

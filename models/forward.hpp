@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "models/bf16.hpp"
@@ -64,6 +66,13 @@ struct StepBatch {
   std::vector<int> trace_positions;
   TraceSink* trace = nullptr;
 };
+
+// Runs work(i) for every rank index i in 0..n-1: index 0 on the calling thread, the others on
+// threads of their own. When work(i) throws, on_failure(i) runs at once (it aborts i's
+// communicator, so that peers waiting in a collective wake with CommAborted). Afterwards the root
+// cause is rethrown: a rank's own error in preference to the CommAborted it caused on its peers.
+void run_ranks(int n, const std::function<void(int)>& work,
+               const std::function<void(int)>& on_failure);
 
 class ForwardBackend {
  public:

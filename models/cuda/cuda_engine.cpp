@@ -1,8 +1,6 @@
 // cuda_engine.cpp: the CUDA backend's engine factory (cuda_engine.hpp).
 #include "models/cuda/cuda_engine.hpp"
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -10,21 +8,13 @@
 #include "harness/engine_setup.hpp"
 #include "harness/errors.hpp"
 #include "models/cuda/cuda_forward.hpp"
+#include "models/cuda/device_info.hpp"
 #include "models/cuda/device_weights.hpp"
 #include "models/cuda/emulated_gpu.hpp"
 #include "models/cuda/nccl_comm.hpp"
 
 namespace bih::cuda {
 namespace {
-
-int visible_gpus() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
 
 // What the engine's backend points into; destroyed after the engine (EngineBundle's order).
 struct CudaResources {
@@ -108,7 +98,7 @@ EngineBundle make_cuda_engine(const Scenario& s, std::shared_ptr<const ModelWeig
 
 void register_cuda_backend() {
   CudaBackendHooks hooks;
-  hooks.gpu_count = visible_gpus;
+  hooks.gpu_count = device_count;
   if (nccl_available()) hooks.nccl_unique_id = [] { return nccl_unique_id_hex(); };
   hooks.make_engine = make_cuda_engine;
   set_cuda_backend(std::move(hooks));

@@ -55,7 +55,7 @@ class RankBarrier {
   void arrive_and_wait() {
     if (count_ == 1) return;
     std::unique_lock lock(mutex_);
-    if (broken_) throw std::runtime_error("a peer rank failed during the step");
+    if (broken_) throw CommAborted("a peer rank failed during the step");
     const uint64_t generation = generation_;
     if (++arrived_ == count_) {
       arrived_ = 0;
@@ -64,7 +64,7 @@ class RankBarrier {
       return;
     }
     wake_.wait(lock, [&] { return generation_ != generation || broken_; });
-    if (generation_ == generation) throw std::runtime_error("a peer rank failed during the step");
+    if (generation_ == generation) throw CommAborted("a peer rank failed during the step");
   }
   void break_barrier() {
     std::lock_guard lock(mutex_);
@@ -679,40 +679,13 @@ void CudaForward::run(StepBatch& step) {
 
   const int n = static_cast<int>(m.ranks.size());
   RankBarrier barrier(n);
-  std::vector<std::exception_ptr> errors(n);
-  auto run_one = [&](int i) {
-    try {
-      m.run_rank(i, step, keys, actions, barrier);
-    } catch (...) {
-      errors[i] = std::current_exception();
-      barrier.break_barrier();
-      m.ranks[i]->local.comm->abort("rank " + std::to_string(m.ranks[i]->local.rank) +
-                                    " failed during a forward step");
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int i = 1; i < n; ++i) threads.emplace_back(run_one, i);
-  run_one(0);
-  for (auto& t : threads) t.join();
-  // The root cause first: a rank's own error over the CommAborted or broken barrier it caused.
-  std::exception_ptr secondary;
-  for (auto& e : errors) {
-    if (!e) continue;
-    try {
-      std::rethrow_exception(e);
-    } catch (const CommAborted&) {
-      if (!secondary) secondary = e;
-    } catch (const std::runtime_error& error) {
-      if (std::string(error.what()).find("a peer rank failed") != std::string::npos) {
-        if (!secondary) secondary = e;
-        continue;
-      }
-      throw;
-    } catch (...) {
-      throw;
-    }
-  }
-  if (secondary) std::rethrow_exception(secondary);
+  run_ranks(
+      n, [&](int i) { m.run_rank(i, step, keys, actions, barrier); },
+      [&](int i) {
+        barrier.break_barrier();
+        m.ranks[i]->local.comm->abort("rank " + std::to_string(m.ranks[i]->local.rank) +
+                                      " failed during a forward step");
+      });
 }
 
 }  // namespace bih::cuda
