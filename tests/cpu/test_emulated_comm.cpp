@@ -38,25 +38,10 @@ bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   return true;
 }
 
-// Runs body(comm, rank) on one thread per rank. Returns each rank's failure: "" when it returned,
-// "aborted: ..." for CommAborted, "error: ..." for anything else.
+// Runs body(comm, rank) on one thread per rank; each rank's failure text.
 std::vector<std::string> run_ranks(EmulatedGroup& group,
                                    const std::function<void(Communicator&, int)>& body) {
-  std::vector<std::string> failures(group.size());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < group.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(group.rank(r), r);
-      } catch (const CommAborted& e) {
-        failures[r] = std::string("aborted: ") + e.what();
-      } catch (const std::exception& e) {
-        failures[r] = std::string("error: ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return failures;
+  return testing::run_rank_threads(group.size(), [&](int r) { body(group.rank(r), r); });
 }
 
 // The ring orders each test covers for n ranks: identity, and for n >= 3 one that swaps 1 and 2.

@@ -8,10 +8,12 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "harness/errors.hpp"
 #include "models/bf16.hpp"
+#include "models/comm/communicator.hpp"
 
 namespace bih::testing {
 
@@ -45,6 +47,26 @@ inline std::vector<const bf16*> pointers(const std::vector<std::vector<bf16>>& p
   std::vector<const bf16*> p;
   for (const auto& v : per_rank) p.push_back(v.data());
   return p;
+}
+
+// Runs body(r) on one thread per rank r in 0..n-1. Returns each rank's failure: "" when it
+// returned, "aborted: ..." for CommAborted, "error: ..." for anything else.
+inline std::vector<std::string> run_rank_threads(int n, const std::function<void(int)>& body) {
+  std::vector<std::string> failures(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (const CommAborted& e) {
+        failures[r] = std::string("aborted: ") + e.what();
+      } catch (const std::exception& e) {
+        failures[r] = std::string("error: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return failures;
 }
 
 }  // namespace bih::testing

@@ -48,26 +48,11 @@ bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   return a.size() == b.size() && first_difference(a, b) == -1;
 }
 
-// Runs body(rank r's communicator, r) on one thread per rank (works for the CPU and GPU groups).
-// Returns each rank's failure: "" when it returned, "aborted: ..." for CommAborted, "error: ..."
-// for anything else.
+// Runs body(rank r's communicator, r) on one thread per rank (works for the CPU and GPU groups);
+// each rank's failure text (testing::run_rank_threads).
 template <class Group, class Body>
 std::vector<std::string> run_ranks(Group& group, Body&& body) {
-  std::vector<std::string> failures(group.size());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < group.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(group.rank(r), r);
-      } catch (const CommAborted& e) {
-        failures[r] = std::string("aborted: ") + e.what();
-      } catch (const std::exception& e) {
-        failures[r] = std::string("error: ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return failures;
+  return testing::run_rank_threads(group.size(), [&](int r) { body(group.rank(r), r); });
 }
 
 // Identity, and for n >= 3 a ring that is not the identity (1 and 2 swapped, as NCCL's topology

@@ -127,25 +127,10 @@ NcclUniqueId fresh_unique_id() {
   return cuda::new_nccl_unique_id();
 }
 
-// Runs body(r) on one thread per rank. Returns each rank's failure: "" when it returned,
-// "aborted: ..." for CommAborted, "error: ..." for anything else.
+// Runs body(r) on one thread per rank; each rank's failure text (testing::run_rank_threads).
 template <class Body>
 std::vector<std::string> run_ranks(int n, Body&& body) {
-  std::vector<std::string> failures(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const CommAborted& e) {
-        failures[r] = std::string("aborted: ") + e.what();
-      } catch (const std::exception& e) {
-        failures[r] = std::string("error: ") + e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return failures;
+  return testing::run_rank_threads(n, body);
 }
 
 // Index of the first element whose bits differ, or -1 when equal (sizes must match).
