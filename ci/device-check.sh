@@ -64,6 +64,11 @@ if stage bench; then
     >"$R/bench-cuda.txt" 2>&1
   summary "cuda bench: exit $? in $(( $(date +%s) - t )) s"
   grep -E "^BM_" "$R/bench-cuda.txt" | head -60
+  # Where an eager decode step's GPU time goes, op by op (the events add a little time).
+  BIH_CUDA_PROFILE=1 "$build/bih_cuda_bench" --benchmark_filter='DecodeStep.*graph:none' \
+    >"$R/bench-decode-profile.txt" 2>&1
+  summary "decode step profile: exit $?"
+  grep -A16 "GPU time of" "$R/bench-decode-profile.txt" | head -40
   pack
 fi
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <condition_variable>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <map>
@@ -17,6 +18,7 @@
 #include "models/cuda/check.hpp"
 #include "models/cuda/device_weights.hpp"
 #include "models/cuda/kernels.hpp"
+#include "models/cuda/op_profiler.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -140,6 +142,8 @@ struct CudaForward::Impl {
   cudaEvent_t launched = nullptr;
   std::map<GraphKey, GraphEntry> graphs;
   GraphStats stats;
+  OpProfiler profiler;          // rank index 0's eager steps, when BIH_CUDA_PROFILE is set
+  bool profiling_step = false;  // this step runs eagerly and is profiled
 
   // Per-step host copies of the inputs (identical for every rank).
   std::vector<int32_t> host_block_tables, host_context_lens;
@@ -161,6 +165,11 @@ struct CudaForward::Impl {
   void enqueue_piece(Rank& r, StepBatch& step, int piece);
   void enqueue_attention(Rank& r, StepBatch& step, int layer);
   void logits_and_sample(int index, StepBatch& step);
+  void mark(const Rank& r, const StepBatch& step, const char* op) {
+    if (profiling_step && &r == ranks[0].get() && step.trace == nullptr) {
+      profiler.mark(op, r.local.stream);
+    }
+  }
   static void wait_for(const Rank& r) {
     if (r.local.wait) {
       r.local.wait();
@@ -221,6 +230,9 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> model, EngineOptions
 
 CudaForward::~CudaForward() {
   Impl& m = *impl_;
+  if (const std::string report = m.profiler.report(); !report.empty()) {
+    std::fprintf(stderr, "%s", report.c_str());
+  }
   cudaSetDevice(m.device);
   for (auto& r : m.ranks) cudaStreamSynchronize(r->local.stream);
   m.drop_graphs();
@@ -338,15 +350,18 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
   const float eps = c.rms_norm_eps;
   const int L = c.num_layers;
   const bool tracing = step.trace != nullptr;
+  auto mark = [&](const char* op) { this->mark(r, step, op); };
 
   // Without SP every rank holds every row: the normed rows are read where they were written,
   // and the all_reduce combines in place.
   bf16* const full_rows = step.sp ? r.h_full.get() : r.h_local.get();  // [Mp, H] normed
   bf16* const reduced = step.sp ? r.reduced.get() : r.partial.get();   // [S, H] combined
   auto gather = [&] {
+    mark("all_gather");
     if (step.sp) comm.all_gather(r.h_local.get(), r.h_full.get(), static_cast<size_t>(S) * H);
   };
   auto reduce = [&] {
+    mark(step.sp ? "reduce_scatter" : "all_reduce");
     if (step.sp) {
       comm.reduce_scatter(r.partial.get(), r.reduced.get(), static_cast<size_t>(S) * H);
     } else {
@@ -382,27 +397,34 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
   auto fixed = [](const char* text) { return [text](int) { return std::string(text); }; };
 
   if (piece == 0) {
+    mark("embedding");
     embedding(w.embed_tokens, c.vocab_size, r.tokens.get() + row0, r.residual.get(), S, H, s);
     record_stream(-1, "embedding", r.residual.get(), fixed("embedding lookup"));
+    mark("rms_norm");
     rms_norm(r.residual.get(), w.layers[0].input_layernorm, r.h_local.get(), S, H, eps, s);
     record_stream(0, "attn_norm", r.h_local.get(), fixed("rms_norm"));
     gather();
   } else {
     const int l = piece - 1;
     const DeviceLayerWeights& lw = w.layers[l];
+    mark("gemm o_proj");
     r.gemm->gemm(family, r.attn.get(), lw.o_proj, r.partial.get(), Mp, H, q_cols, s);
     if (tracing) {
       record_sharded(l, "o_proj", r.partial.get(), H, gemm_detail(r, Mp, H, q_cols));
     }
     reduce();
     record_stream(l, "attn_reduce", reduced, reduce_detail);
+    mark("add_rms_norm");
     add_rms_norm(r.residual.get(), reduced, lw.post_attention_layernorm, r.h_local.get(), S, H, eps,
                  s);
     record_stream(l, "attn_residual", r.residual.get(), fixed("residual add"));
     record_stream(l, "mlp_norm", r.h_local.get(), fixed("rms_norm"));
     gather();
+    mark("gemm gate_up");
     r.gemm->gemm(family, full_rows, lw.gate_up, r.gate_up.get(), Mp, 2 * I, H, s);
+    mark("silu_mul");
     silu_mul(r.gate_up.get(), r.act.get(), Mp, I, s);
+    mark("gemm down");
     r.gemm->gemm(family, r.act.get(), lw.down, r.partial.get(), Mp, H, I, s);
     if (tracing) {
       record_sharded(l, "gate_up", r.gate_up.get(), 2 * I, gemm_detail(r, Mp, 2 * I, H));
@@ -413,6 +435,7 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
     record_stream(l, "mlp_reduce", reduced, reduce_detail);
     const bool last = l + 1 == L;
     const bf16* next_norm = last ? w.final_norm : w.layers[l + 1].input_layernorm;
+    mark("add_rms_norm");
     add_rms_norm(r.residual.get(), reduced, next_norm, r.h_local.get(), S, H, eps, s);
     record_stream(l, "mlp_residual", r.residual.get(), fixed("residual add"));
     record_stream(last ? -1 : l + 1, last ? "final_norm" : "attn_norm", r.h_local.get(),
@@ -423,9 +446,11 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
 
   const int l = piece;
   const DeviceLayerWeights& lw = w.layers[l];
+  mark("gemm qkv");
   r.gemm->gemm(family, full_rows, lw.qkv, r.qkv.get(), Mp, qkv_cols, H, s);
   if (tracing) record_sharded(l, "qkv", r.qkv.get(), qkv_cols, gemm_detail(r, Mp, qkv_cols, H));
   // Split [Mp, q | k | v] into three contiguous tensors (2D copies: capturable, no kernel).
+  mark("qkv split copies");
   const size_t pitch = static_cast<size_t>(qkv_cols) * sizeof(bf16);
   cudaCheck(cudaMemcpy2DAsync(r.q.get(), q_cols * sizeof(bf16), r.qkv.get(), pitch,
                               q_cols * sizeof(bf16), Mp, cudaMemcpyDeviceToDevice, s));
@@ -433,12 +458,14 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
                               kv_cols * sizeof(bf16), Mp, cudaMemcpyDeviceToDevice, s));
   cudaCheck(cudaMemcpy2DAsync(r.v.get(), kv_cols * sizeof(bf16), r.qkv.get() + q_cols + kv_cols,
                               pitch, kv_cols * sizeof(bf16), Mp, cudaMemcpyDeviceToDevice, s));
+  mark("head_norm_rope");
   head_norm_rope(r.q.get(), lw.q_norm, r.positions.get(), Mp, w.heads_local, hd, eps, rope, s);
   head_norm_rope(r.k.get(), lw.k_norm, r.positions.get(), Mp, w.kv_heads_local, hd, eps, rope, s);
   if (tracing) {
     record_sharded(l, "q_norm_rope", r.q.get(), q_cols, "q rms_norm + rope");
     record_sharded(l, "k_norm_rope", r.k.get(), kv_cols, "k rms_norm + rope");
   }
+  mark("write_kv");
   write_kv(r.pools[l], r.k.get(), r.v.get(), r.slots.get(), Mp, s);
 }
 
@@ -448,6 +475,7 @@ void CudaForward::Impl::enqueue_attention(Rank& r, StepBatch& step, int layer) {
   const int q_cols = r.w->heads_local * c.head_dim;
   const AttentionBatch batch{r.block_tables.get(), max_blocks_per_sequence(options),
                              r.context_lens.get(), r.decode.get()};
+  mark(r, step, "attention");
   attention(options.kernels, r.q.get(), r.pools[layer], batch, step.rows_padded, r.w->heads_local,
             step.num_decode, r.attn.get(), s);
   if (step.trace == nullptr) return;
@@ -499,7 +527,9 @@ void CudaForward::Impl::logits_and_sample(int index, StepBatch& step) {
   if (Ms == 0) return;
   // The sampling rows of the gathered hidden states: an embedding lookup is a row gather.
   const bf16* full_rows = step.sp ? r.h_full.get() : r.h_local.get();  // [Mp, H] final-normed
+  mark(r, step, "lm_head rows gather");
   embedding(full_rows, step.rows_padded, r.logit_rows.get(), r.selected.get(), Ms, H, s);
+  mark(r, step, "gemm lm_head");
   r.gemm->gemm(options.kernels, r.selected.get(), r.w->lm_head, r.logits_local.get(), Ms, Vl, H, s);
   const bool tracing = step.trace != nullptr;
   const long traced =
@@ -511,9 +541,11 @@ void CudaForward::Impl::logits_and_sample(int index, StepBatch& step) {
         -1, "lm_head", r.local.rank, step.trace_positions.back(), gemm_detail(r, Ms, Vl, H),
         download_bits(r.logits_local.get() + static_cast<size_t>(traced) * Vl, Vl, s)});
   }
+  mark(r, step, "logits all_gather");
   r.local.comm->all_gather(r.logits_local.get(), r.gathered.get(), static_cast<size_t>(Ms) * Vl);
   wait_for(r);  // every collective of the step has completed (or the watchdog fired)
   if (index != 0) return;
+  mark(r, step, "logits assemble");
   // [tp, Ms, Vl] -> [Ms, V]: rank q's slice is columns [q*Vl, (q+1)*Vl) of every row.
   for (int q = 0; q < tp; ++q) {
     cudaCheck(cudaMemcpy2DAsync(r.logits.get() + static_cast<size_t>(q) * Vl, V * sizeof(bf16),
@@ -528,7 +560,9 @@ void CudaForward::Impl::logits_and_sample(int index, StepBatch& step) {
     cudaCheck(cudaStreamSynchronize(s));
     return;
   }
+  mark(r, step, "greedy_sample");
   greedy_sample(r.logits.get(), Ms, V, r.sampled.get(), r.logprobs.get(), s);
+  mark(r, step, "sample download");
   step.sampled.resize(Ms);
   step.sampled_logprob.resize(Ms);
   cudaCheck(cudaMemcpyAsync(step.sampled.data(), r.sampled.get(), Ms * sizeof(int32_t),
@@ -628,6 +662,7 @@ void CudaForward::Impl::run_rank(int index, StepBatch& step, const std::vector<G
   }
   logits_and_sample(index, step);
   wait_for(r);
+  if (profiling_step && index == 0) profiler.end_step(r.local.stream);
 }
 
 void CudaForward::run(StepBatch& step) {
@@ -675,7 +710,9 @@ void CudaForward::run(StepBatch& step) {
       ++entry.seen;
     }
   }
-  if (!graphs || actions[0] == GraphAction::eager) ++m.stats.eager_steps;
+  const bool eager = !graphs || actions[0] == GraphAction::eager;
+  if (eager) ++m.stats.eager_steps;
+  m.profiling_step = m.profiler.enabled() && eager && step.trace == nullptr;
 
   const int n = static_cast<int>(m.ranks.size());
   RankBarrier barrier(n);
