@@ -2,16 +2,28 @@
 //
 // One benchmark per (qwen3-1.7b shape, M) times both families in the same iteration, interleaved,
 // with CUDA events, and reports inv_TFLOPs, vendor_TFLOPs and ratio = invariant / vendor
-// throughput. The iteration time Google Benchmark prints is the invariant family's time per GEMM.
+// throughput. The iteration time Google Benchmark prints is the invariant family's time per GEMM;
+// the label names the invariant configuration serving that M (the reference or a companion, see
+// models/cuda/gemm.hpp). Before the table: per shape, every invariant configuration with its M
+// range, the companion search's notes (and the pin time), and the vendor's choice at each M.
 // Weights and activations rotate over enough copies to exceed twice the L2 cache (where that
 // takes at most 8 copies), so small shapes are timed from HBM as in a real decode step.
+//
+// After the table, per M, a model step's GEMM time in both families: num_layers x (qkv, o_proj,
+// gate_up, down) + lm_head, from the measured times (lm_head at the same M, as in a prefill that
+// samples every row; a decode step at batch size M is exactly that).
+//
+// Flags: --pin_m=N (the reference's heuristic M), --companions=0 (the reference for every M, as
+// before companions), --ms=1,64,512,4096 (the Ms measured).
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,9 +40,12 @@ using bih::KernelFamily;
 
 using Shape = bih::LinearShape;
 const std::vector<Shape> kShapes = bih::linear_shapes(*bih::preset_config("qwen3-1.7b"));
-constexpr int kMs[] = {1, 64, 512, 4096};
+std::vector<int> g_ms = {1, 64, 512, 4096};
 
-// Set from --pin_m=N before the first use (compare pinning choices without rebuilding).
+// Seconds per GEMM measured for (shape name, M): invariant, vendor.
+std::map<std::pair<std::string, int>, std::pair<double, double>> g_seconds;
+
+// Set from the flags before the first use (compare pinning choices without rebuilding).
 bih::cuda::CudaGemmOptions g_options;
 
 bih::cuda::CudaGemm& shared_gemm() {
@@ -123,13 +138,17 @@ void bench_shape(benchmark::State& state, Shape s, int M) {
 
   const double flops = 2.0 * M * s.N * s.K;
   const double iterations = static_cast<double>(state.iterations());
+  g_seconds[{s.name, M}] = {invariant_seconds / iterations, vendor_seconds / iterations};
   const double inv_tflops = flops * iterations / invariant_seconds * 1e-12;
   const double vendor_tflops = flops * iterations / vendor_seconds * 1e-12;
   state.counters["inv_TFLOPs"] = inv_tflops;
   state.counters["vendor_TFLOPs"] = vendor_tflops;
   state.counters["ratio"] = inv_tflops / vendor_tflops;
   state.counters["buffer_sets"] = static_cast<double>(sets);
-  state.SetLabel(std::string(s.name));
+  const bih::cuda::GemmAlgoConfig config = shared_gemm().invariant_config(s.N, s.K);
+  const bool companion = &config.serving(M) != &config;
+  state.SetLabel(std::string(s.name) + (companion ? " companion tile " : " reference tile ") +
+                 std::to_string(config.serving(M).tile_id));
 }
 
 }  // namespace
@@ -140,8 +159,17 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg.rfind("--pin_m=", 0) == 0) {
       g_options.pin_m = std::stoi(arg.substr(8));
+    } else if (arg.rfind("--companions=", 0) == 0) {
+      g_options.companions = std::stoi(arg.substr(13)) != 0;
+    } else if (arg.rfind("--ms=", 0) == 0) {
+      g_ms.clear();
+      std::istringstream list(arg.substr(5));
+      for (std::string m; std::getline(list, m, ',');) g_ms.push_back(std::stoi(m));
     } else {
-      std::fprintf(stderr, "bih_cuda_bench: unknown argument %s (valid: --pin_m=N)\n", argv[i]);
+      std::fprintf(stderr,
+                   "bih_cuda_bench: unknown argument %s (valid: --pin_m=N, --companions=0|1, "
+                   "--ms=M,M,...)\n",
+                   argv[i]);
       return 2;
     }
   }
@@ -150,15 +178,24 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const Shape& s : kShapes) {
+    const bih::cuda::GemmAlgoConfig config = shared_gemm().invariant_config(s.N, s.K);
     std::fprintf(stderr, "[invariant] %-8s N=%-6d K=%-5d %s\n", s.name.c_str(), s.N, s.K,
-                 shared_gemm().invariant_config(s.N, s.K).describe().c_str());
-    for (int m : kMs) {
+                 config.describe().c_str());
+    if (!config.companion_notes.empty()) {
+      std::fprintf(stderr, "[invariant] %-8s companion search: %s\n", s.name.c_str(),
+                   config.companion_notes.c_str());
+    }
+    for (int m : g_ms) {
+      const bih::cuda::GemmAlgoConfig& serving = config.serving(m);
+      std::fprintf(stderr, "[invariant] %-8s M=%-5d %s: tile %u stages %u cluster %u\n",
+                   s.name.c_str(), m, &serving == &config ? "reference" : "companion",
+                   serving.tile_id, serving.stages_id, serving.cluster_shape_id);
       std::fprintf(stderr, "[vendor]    %-8s M=%-5d %s\n", s.name.c_str(), m,
                    shared_gemm().vendor_config(m, s.N, s.K).describe().c_str());
     }
   }
   for (const Shape& s : kShapes) {
-    for (int m : kMs) {
+    for (int m : g_ms) {
       const std::string name = std::string("Gemm/") + s.name + "/M=" + std::to_string(m);
       benchmark::RegisterBenchmark(name.c_str(), bench_shape, s, m)
           ->UseManualTime()
@@ -168,5 +205,27 @@ int main(int argc, char** argv) {
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  // The step summary, for each M at which every shape was measured (a filter may skip some).
+  const int layers = bih::preset_config("qwen3-1.7b")->num_layers;
+  for (int m : g_ms) {
+    double invariant = 0.0;
+    double vendor = 0.0;
+    bool complete = true;
+    for (const Shape& s : kShapes) {
+      const auto it = g_seconds.find({s.name, m});
+      if (it == g_seconds.end()) {
+        complete = false;
+        break;
+      }
+      const double times = s.name == "lm_head" ? 1.0 : layers;
+      invariant += times * it->second.first;
+      vendor += times * it->second.second;
+    }
+    if (!complete) continue;
+    std::printf(
+        "[step] M=%-5d GEMMs of one step (%d layers + lm_head): invariant %.3f ms, "
+        "vendor %.3f ms, ratio %.2f\n",
+        m, layers, invariant * 1e3, vendor * 1e3, vendor / invariant);
+  }
   return 0;
 }

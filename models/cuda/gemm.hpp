@@ -1,7 +1,7 @@
 // gemm.hpp: the CUDA backend's bf16 GEMM, y[M, N] = x[M, K] · w[N, K]^T, in both kernel families.
 //
-// `invariant`: one cuBLASLt algorithm per weight shape (N, K), pinned once and used for every M:
-// split-K 1, reduction scheme none, no workspace beyond a tile-scheduler counter (see
+// `invariant`: one cuBLASLt algorithm per weight shape (N, K), the reference, pinned once: split-K
+// 1, reduction scheme none, no workspace beyond a tile-scheduler counter (see
 // CudaGemmOptions::scheduler_workspace_bytes), every tile/stage/cluster field fixed, and
 // cublasLtMatmulAlgoCheck passed for every M in 1..max_m before it is used. A row's bits then
 // depend only on that row: each output element is reduced over K inside one tile in an order set
@@ -9,6 +9,26 @@
 // 16-byte aligned), the shape uses an own tiled kernel whose per-element K loop is sequential by
 // construction. `vendor`: cuBLASLt's heuristic asked afresh for each (M, N, K) with a 32 MiB
 // workspace, like cuBLAS's defaults: split-K and the tile can change with M.
+//
+// Companions: the reference is chosen for prefill sizes and is slow at small M (a 128x64 tile at
+// M=1 reads the weight with too few CTAs). An element's bits depend only on the order in which its
+// K products are accumulated, and Hopper kernels with split-K 1 and no reduction plausibly share
+// that order (the same k-steps in K order into one fp32 accumulator) whatever their tile. So for
+// each band of M (CudaGemmOptions::companion_bands) the heuristic, asked at the band's M, may
+// propose another configuration, filtered like the reference (split-K 1, reduction none,
+// workspace <= scheduler_workspace_bytes, AlgoCheck at every M of the band), and that
+// configuration serves the band only after it produced bit-identical outputs to the reference on
+// the GPU, at pin time, over every element of every tested M (all of a short band, the ends,
+// powers of two +-1 and interior points of a long one), on operands built so that any change in
+// accumulation order shows (gemm_equivalence.hpp). A candidate that differs anywhere is dropped
+// and the band keeps the reference. The choice uses no timing: the heuristic's order and
+// deterministic kernels, so every process picks the same (except where a process cannot allocate
+// the check's buffers: it keeps the reference alone, slower but with the same bits, and its
+// companion_notes say so). Pinning therefore runs GPU work on a private stream with temporary
+// buffers; it must happen outside CUDA graph capture (gemm() throws if the stream it is given is
+// capturing and the shape is not pinned yet). The rows' invariance across M still rests on each
+// configuration alone (one tile per element's K loop); companions only add that the bits are the
+// same whichever configuration serves an M.
 //
 // Plain C++ API (no CUDA header): device pointers are bih::bf16*, the stream is cudaStream_t.
 // Not thread-safe across concurrent streams for the vendor family (one shared workspace).
@@ -18,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/bf16.hpp"
 #include "models/knobs.hpp"
@@ -28,7 +49,10 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace bih::cuda {
 
-// What a family runs for one shape: the cuBLASLt configuration, or the own kernel and why.
+struct GemmCompanion;
+
+// What a family runs for one shape: the cuBLASLt configuration, or the own kernel and why. For the
+// invariant family this is the reference, with the companions that serve some ranges of M.
 struct GemmAlgoConfig {
   bool cublaslt = false;  // false: the own tiled kernel (models/cuda/gemm_tiled.cu)
   std::string reason;     // why the own kernel, when it is used
@@ -44,10 +68,40 @@ struct GemmAlgoConfig {
   size_t workspace_bytes = 0;
   uint32_t min_alignment_bytes = 0;  // the largest of the algorithm's A/B/C/D alignment needs
   int chosen_at_m = 0;               // the M whose heuristic offered it
-  int validated_max_m = 0;           // AlgoCheck passed at every M in 1..validated_max_m
+  int validated_min_m = 1;           // AlgoCheck passed at every M in
+  int validated_max_m = 0;           //   validated_min_m..validated_max_m
 
-  // One line, e.g. "cublasLt algo 66 tile 20 stages 8 splitK 1 reduction 0 ... workspace 0".
+  // Invariant family only: configurations serving M ranges in place of this one, each verified
+  // bitwise equal to it; sorted by first_m, disjoint, inside 1..validated_max_m. Empty: this
+  // configuration serves every M.
+  std::vector<GemmCompanion> companions;
+  // What the companion search found for each band (accepted, differed, none valid) and how long
+  // the pin took; for logs and the benchmark, not part of describe().
+  std::string companion_notes;
+
+  // One line, e.g. "cublasLt algo 66 tile 20 stages 8 splitK 1 reduction 0 ... workspace 0"; with
+  // companions, followed by the M ranges each configuration serves.
   std::string describe() const;
+  // The configuration that runs at M: a companion's, or this one.
+  const GemmAlgoConfig& serving(int M) const;
+};
+
+struct GemmCompanion {
+  int first_m = 0;  // serves M in first_m..last_m
+  int last_m = 0;
+  GemmAlgoConfig config;       // its own companions are empty
+  std::vector<int> tested_ms;  // every M where all its output bits equalled the reference's
+};
+
+// A band of M for companions: the heuristic is asked at heuristic_m, and its best candidate that
+// is valid over first_m..last_m and bitwise equal to the reference serves the band. last_m and
+// heuristic_m may be kUpToMaxM (max_m); a band beyond max_m is dropped, one reaching past it is
+// cut there.
+struct GemmBand {
+  static constexpr int kUpToMaxM = 0;
+  int first_m = 1;
+  int last_m = 1;
+  int heuristic_m = 1;
 };
 
 struct CudaGemmOptions {
@@ -66,6 +120,16 @@ struct CudaGemmOptions {
   // their scheduler. 256 bytes can hold such counters but not one fp32 partial tile (a 64x64
   // tile is 16 KiB), so split-K or stream-K partial sums cannot hide in it. 0: zero workspace.
   size_t scheduler_workspace_bytes = 256;
+  // Companion configurations for bands of M (see the top of this file); false: the reference
+  // serves every M, as before companions existed.
+  bool companions = true;
+  // Sorted, disjoint. Decode batches (1..128) take the heuristic's small-M tiles; 129..2047 stay
+  // with the reference (chosen at pin_m = 512); 2048..max_m take the heuristic's choice at max_m
+  // (measured: the reference reaches only ~0.8x cuBLAS at M=4096 for N=2048).
+  std::vector<GemmBand> companion_bands = {
+      {1, 8, 1}, {9, 32, 16}, {33, 128, 64}, {2048, GemmBand::kUpToMaxM, GemmBand::kUpToMaxM}};
+  // Candidates per band whose bits are compared with the reference before the band gives up.
+  int companion_tries = 3;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;
 };
@@ -78,13 +142,14 @@ class CudaGemm {
   CudaGemm& operator=(const CudaGemm&) = delete;
 
   // y[M, N] = x[M, K] · w[N, K]^T; all device pointers, row-major, bf16 out, fp32 accumulate.
-  // Throws std::invalid_argument on bad sizes or pointers, std::runtime_error on a CUDA error or
+  // Throws std::invalid_argument on bad sizes or pointers, std::runtime_error on a CUDA error,
   // when the invariant family cannot keep its pinned algorithm at this M (M > max_m and the
-  // algorithm is not valid there).
+  // algorithm is not valid there), or when (N, K) would be pinned while `stream` is capturing.
   void gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, int M, int N, int K,
             cudaStream_t stream);
 
-  // The invariant family's pinned configuration for (N, K); pins it on first use.
+  // The invariant family's configuration for (N, K), companions included; pins it on first use
+  // (GPU work when companions are on: call outside graph capture).
   GemmAlgoConfig invariant_config(int N, int K);
   // The configuration the vendor family runs at (M, N, K) with 256-byte aligned pointers.
   GemmAlgoConfig vendor_config(int M, int N, int K);

@@ -7,6 +7,15 @@
 
 namespace bih::test {
 
+TestStream::TestStream() { cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+
+TestStream::~TestStream() {
+  cudaStreamSynchronize(stream_);
+  cudaStreamDestroy(stream_);
+}
+
+void TestStream::synchronize() const { cudaCheck(cudaStreamSynchronize(stream_)); }
+
 void begin_capture(CUstream_st* stream) {
   cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
 }

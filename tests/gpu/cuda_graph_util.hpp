@@ -1,11 +1,26 @@
-// cuda_graph_util.hpp: capture a stream's work into a CUDA graph and replay it, for GPU tests
-// that include no CUDA header (defined in cuda_graph_util.cpp).
+// cuda_graph_util.hpp: a stream of the test's own, and capture of its work into a CUDA graph to
+// replay, for GPU tests that include no CUDA header (defined in cuda_graph_util.cpp).
 #pragma once
 
 struct CUstream_st;
 struct CUgraphExec_st;
 
 namespace bih::test {
+
+// A non-blocking CUDA stream of the test's own: the legacy default stream cannot be captured.
+class TestStream {
+ public:
+  TestStream();
+  ~TestStream();  // waits for the stream's work first
+  TestStream(const TestStream&) = delete;
+  TestStream& operator=(const TestStream&) = delete;
+
+  CUstream_st* get() const { return stream_; }
+  void synchronize() const;
+
+ private:
+  CUstream_st* stream_ = nullptr;
+};
 
 // cudaStreamBeginCapture in thread-local mode, so that several rank threads of one process can
 // capture at once without prohibiting each other's CUDA calls.

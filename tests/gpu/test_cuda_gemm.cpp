@@ -1,22 +1,28 @@
 // test_cuda_gemm.cpp: the CUDA GEMM's two families on the qwen3-1.7b projection shapes.
 //
 // Invariance is bitwise: row r of x[:M] · w^T must have the same bf16 bits as the M=1 product of
-// row r alone, at every M the engine uses and at several row positions. The vendor family must
-// show the opposite somewhere on the down projection (DESIGN.md's measured fact). Accuracy is
-// against an fp64 host reference with the stated tolerance |err| <= 2^-7 |ref| + 1e-3.
+// row r alone, at every M the engine uses (both sides of every companion band's edges) and at
+// several row positions. Companion configurations must never change a bit: with and without them
+// the outputs are compared element by element. The vendor family must show the opposite
+// somewhere on the down projection (DESIGN.md's measured fact). Accuracy is against an fp64 host
+// reference with the stated tolerance |err| <= 2^-7 |ref| + 1e-3.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "models/bf16.hpp"
 #include "models/config.hpp"
 #include "models/cuda/gemm.hpp"
+#include "models/cuda/gemm_equivalence.hpp"
+#include "tests/gpu/cuda_graph_util.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
 namespace {
@@ -25,6 +31,8 @@ using bih::bf16;
 using bih::KernelFamily;
 using bih::cuda::CudaGemm;
 using bih::cuda::CudaGemmOptions;
+using bih::cuda::GemmAlgoConfig;
+using bih::cuda::GemmCompanion;
 using bih::test::DeviceBuffer;
 
 using Shape = bih::LinearShape;
@@ -32,8 +40,24 @@ using Shape = bih::LinearShape;
 // qwen3-1.7b at TP=1: hidden 2048, 16 query + 8 KV heads of 128, MLP 6144, vocab 151936.
 const std::vector<Shape> kShapes = bih::linear_shapes(*bih::preset_config("qwen3-1.7b"));
 const Shape kDown = kShapes[3];
-const std::vector<int> kEngineMs = {1, 2, 7, 16, 63, 64, 65, 128, 256, 512, 1024, 4096};
+// Both sides of every default companion band edge (8|9, 32|33, 128|129, 2047|2048), powers of two
+// and their neighbours.
+const std::vector<int> kEngineMs = {1,   2,   7,    8,    9,    16,   31,   32,
+                                    33,  63,  64,   65,   127,  128,  129,  256,
+                                    511, 512, 1024, 2047, 2048, 2049, 4095, 4096};
 constexpr int kMaxM = 4096;
+
+// `base` and, for each companion of `c`, the Ms on both sides of its edges.
+std::vector<int> ms_across_companion_edges(const GemmAlgoConfig& c, const std::vector<int>& base) {
+  std::set<int> ms(base.begin(), base.end());
+  for (const GemmCompanion& companion : c.companions) {
+    for (int m :
+         {companion.first_m - 1, companion.first_m, companion.last_m, companion.last_m + 1}) {
+      if (m >= 1 && m <= kMaxM) ms.insert(m);
+    }
+  }
+  return {ms.begin(), ms.end()};
+}
 
 // Uniform in [-scale, scale), from splitmix64: fast enough for the 311M-element lm_head.
 std::vector<bf16> random_bf16(size_t n, uint64_t seed, float scale) {
@@ -135,27 +159,138 @@ TEST(CudaGemm, PinnedConfigurationHasNoSplitKNoReductionNoPartialSumWorkspace) {
   BIH_SKIP_WITHOUT_GPU();
   CudaGemm gemm;
   for (const Shape& s : kShapes) {
-    const bih::cuda::GemmAlgoConfig c = gemm.invariant_config(s.N, s.K);
+    const GemmAlgoConfig c = gemm.invariant_config(s.N, s.K);
     std::cout << "[invariant] " << s.name << " N=" << s.N << " K=" << s.K << ": " << c.describe()
-              << "\n";
-    if (!c.cublaslt) continue;  // the own kernel has no split-K by construction
-    EXPECT_EQ(c.splitk_num, 1) << s.name;
-    EXPECT_EQ(c.reduction_scheme, 0u) << s.name;
-    // At most a scheduler counter: 256 bytes cannot hold one fp32 partial tile.
-    EXPECT_LE(c.workspace_bytes, CudaGemmOptions{}.scheduler_workspace_bytes) << s.name;
+              << "\n[invariant] " << s.name << " companion search: " << c.companion_notes << "\n";
+    if (!c.cublaslt) {
+      EXPECT_TRUE(c.companions.empty()) << s.name;  // the own kernel has no split-K by construction
+      continue;
+    }
+    // The reference and every companion: at most a scheduler counter of workspace, which cannot
+    // hold one fp32 partial tile.
+    std::vector<GemmAlgoConfig> configs = {c};
+    for (const GemmCompanion& companion : c.companions) configs.push_back(companion.config);
+    for (const GemmAlgoConfig& k : configs) {
+      EXPECT_TRUE(k.cublaslt) << s.name;
+      EXPECT_EQ(k.splitk_num, 1) << s.name;
+      EXPECT_EQ(k.reduction_scheme, 0u) << s.name;
+      EXPECT_LE(k.workspace_bytes, CudaGemmOptions{}.scheduler_workspace_bytes) << s.name;
+      EXPECT_LE(k.min_alignment_bytes, 16u) << s.name;
+    }
+    EXPECT_EQ(c.validated_min_m, 1) << s.name;
     EXPECT_GE(c.validated_max_m, kMaxM) << s.name;
-    EXPECT_LE(c.min_alignment_bytes, 16u) << s.name;
+    // Companions: sorted, disjoint, inside 1..max_m, valid over their whole band, and compared
+    // with the reference at both ends of it.
+    int previous_last = 0;
+    for (const GemmCompanion& companion : c.companions) {
+      EXPECT_GT(companion.first_m, previous_last) << s.name;
+      EXPECT_LE(companion.first_m, companion.last_m) << s.name;
+      EXPECT_LE(companion.last_m, c.validated_max_m) << s.name;
+      EXPECT_EQ(companion.config.validated_min_m, companion.first_m) << s.name;
+      EXPECT_EQ(companion.config.validated_max_m, companion.last_m) << s.name;
+      EXPECT_TRUE(companion.config.companions.empty()) << s.name;
+      ASSERT_FALSE(companion.tested_ms.empty()) << s.name;
+      EXPECT_EQ(companion.tested_ms.front(), companion.first_m) << s.name;
+      EXPECT_EQ(companion.tested_ms.back(), companion.last_m) << s.name;
+      previous_last = companion.last_m;
+    }
   }
+}
+
+// Hand-made configurations: needs no GPU.
+TEST(CudaGemmConfig, DescribeNamesTheMRangeOfEveryConfiguration) {
+  GemmAlgoConfig reference;
+  reference.cublaslt = true;
+  reference.algo_id = 66;
+  reference.tile_id = 18;
+  reference.chosen_at_m = 512;
+  reference.validated_max_m = 4096;
+  GemmCompanion small;
+  small.first_m = 1;
+  small.last_m = 8;
+  small.config = reference;
+  small.config.tile_id = 10;
+  small.config.chosen_at_m = 1;
+  small.config.validated_max_m = 8;
+  small.tested_ms = {1, 2, 3, 4, 5, 6, 7, 8};
+  GemmCompanion large;
+  large.first_m = 2048;
+  large.last_m = 4096;
+  large.config = reference;
+  large.config.tile_id = 24;
+  large.config.chosen_at_m = 4096;
+  large.config.validated_min_m = 2048;
+  large.config.validated_max_m = 4096;
+  large.tested_ms = {2048, 2049, 2050, 4094, 4095, 4096};
+
+  const std::string alone = reference.describe();
+  EXPECT_EQ(alone.find("reference"), std::string::npos) << alone;
+  EXPECT_EQ(alone.find("bitwise"), std::string::npos) << alone;
+  EXPECT_NE(alone.find("tile 18 "), std::string::npos) << alone;
+
+  reference.companions = {small, large};
+  const std::string d = reference.describe();
+  EXPECT_NE(d.find("valid M=1..4096 (reference: serves M=9..2047, M>4096)"), std::string::npos)
+      << d;
+  EXPECT_NE(d.find("; M=1..8: cublasLt algo 66 tile 10 "), std::string::npos) << d;
+  EXPECT_NE(d.find("valid M=1..8 (bitwise = reference on 8 Ms)"), std::string::npos) << d;
+  EXPECT_NE(d.find("; M=2048..4096: cublasLt algo 66 tile 24 "), std::string::npos) << d;
+  EXPECT_NE(d.find("valid M=2048..4096 (bitwise = reference on 6 Ms)"), std::string::npos) << d;
+
+  EXPECT_EQ(reference.serving(1).tile_id, 10u);
+  EXPECT_EQ(reference.serving(8).tile_id, 10u);
+  EXPECT_EQ(reference.serving(9).tile_id, 18u);
+  EXPECT_EQ(reference.serving(2047).tile_id, 18u);
+  EXPECT_EQ(reference.serving(2048).tile_id, 24u);
+  EXPECT_EQ(reference.serving(4096).tile_id, 24u);
+  EXPECT_EQ(reference.serving(4097).tile_id, 18u);
+}
+
+TEST(CudaGemm, DescribeNamesTheMRangesOfThePinnedCompanions) {
+  BIH_SKIP_WITHOUT_GPU();
+  CudaGemm gemm;
+  CudaGemmOptions off;
+  off.companions = false;
+  CudaGemm without(off);
+  int companions = 0;
+  for (const Shape& s : kShapes) {
+    const GemmAlgoConfig c = gemm.invariant_config(s.N, s.K);
+    const std::string d = c.describe();
+    EXPECT_FALSE(c.companion_notes.empty()) << s.name;
+    for (const GemmCompanion& companion : c.companions) {
+      const std::string range =
+          "M=" + std::to_string(companion.first_m) + ".." + std::to_string(companion.last_m) + ": ";
+      EXPECT_NE(d.find(range), std::string::npos) << s.name << ": " << d;
+      EXPECT_NE(
+          d.find("(bitwise = reference on " + std::to_string(companion.tested_ms.size()) + " Ms)"),
+          std::string::npos)
+          << s.name << ": " << d;
+      ++companions;
+    }
+    if (!c.companions.empty()) {
+      EXPECT_NE(d.find("(reference: serves "), std::string::npos) << s.name << ": " << d;
+    }
+    // Without companions: the same reference, described alone.
+    const GemmAlgoConfig alone = without.invariant_config(s.N, s.K);
+    EXPECT_TRUE(alone.companions.empty()) << s.name;
+    GemmAlgoConfig reference = c;
+    reference.companions.clear();
+    EXPECT_EQ(alone.describe(), reference.describe()) << s.name;
+  }
+  std::cout << "[invariant] " << companions << " companions over " << kShapes.size() << " shapes\n";
 }
 
 TEST(CudaGemm, InvariantRowsEqualTheirSingleRowProductBitwiseAtEveryM) {
   BIH_SKIP_WITHOUT_GPU();
   CudaGemm gemm;
   for (const Shape& s : kShapes) {
-    const RowComparison c =
-        compare_rows_with_single_row(gemm, KernelFamily::invariant, s, kEngineMs);
-    std::cout << "[invariant] " << s.name << ": " << c.rows_compared << " rows compared, "
-              << c.rows_differing << " differ\n";
+    // The single rows run at M=1 (the first companion's band, if any): every other M compared
+    // with them crosses from one configuration to another at the band edges.
+    const std::vector<int> ms =
+        ms_across_companion_edges(gemm.invariant_config(s.N, s.K), kEngineMs);
+    const RowComparison c = compare_rows_with_single_row(gemm, KernelFamily::invariant, s, ms);
+    std::cout << "[invariant] " << s.name << ": " << c.rows_compared << " rows compared at "
+              << ms.size() << " Ms, " << c.rows_differing << " differ\n";
     EXPECT_GT(c.rows_compared, 0);
     EXPECT_EQ(c.rows_differing, 0) << s.name << " first difference " << describe_difference(c)
                                    << " with " << gemm.invariant_config(s.N, s.K).describe();
@@ -230,6 +365,178 @@ TEST(CudaGemm, AllPathsMatchAnFp64ReferenceWithinTolerance) {
       EXPECT_GE(checked, 3 * 64) << p.name << " " << s.name;
     }
   }
+}
+
+// The outputs of the family with and without companions, element by element, at the brief's Ms
+// and both sides of every companion edge; on the test's uniform data and on order-sensitive
+// operands of another seed than the pin-time check's.
+TEST(CudaGemm, CompanionsNeverChangeABit) {
+  BIH_SKIP_WITHOUT_GPU();
+  CudaGemm with;
+  CudaGemmOptions off;
+  off.companions = false;
+  CudaGemm without(off);
+  for (const Shape& s : kShapes) {
+    const GemmAlgoConfig c = with.invariant_config(s.N, s.K);
+    const std::vector<int> ms = ms_across_companion_edges(c, {1, 7, 64, 65, 512, 4096});
+    DeviceBuffer<bf16> x(static_cast<size_t>(kMaxM) * s.K);          // [kMaxM, K]
+    DeviceBuffer<bf16> w(static_cast<size_t>(s.N) * s.K);            // [N, K]
+    DeviceBuffer<bf16> y_with(static_cast<size_t>(kMaxM) * s.N);     // [kMaxM, N]
+    DeviceBuffer<bf16> y_without(static_cast<size_t>(kMaxM) * s.N);  // [kMaxM, N]
+    for (const char* data : {"uniform", "order-sensitive"}) {
+      if (std::string(data) == "uniform") {
+        const ShapeData& host = host_data(s);
+        bih::test::copy_to_device(x.get(), host.x.data(), host.x.size() * sizeof(bf16));
+        bih::test::copy_to_device(w.get(), host.w.data(), host.w.size() * sizeof(bf16));
+      } else {
+        bih::cuda::fill_order_sensitive_operands(x.get(), kMaxM, w.get(), s.N, s.K, 20261130,
+                                                 nullptr);
+      }
+      for (int m : ms) {
+        with.gemm(KernelFamily::invariant, x.get(), w.get(), y_with.get(), m, s.N, s.K, nullptr);
+        without.gemm(KernelFamily::invariant, x.get(), w.get(), y_without.get(), m, s.N, s.K,
+                     nullptr);
+        const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
+            y_with.get(), y_without.get(), static_cast<size_t>(m) * s.N, nullptr);
+        EXPECT_EQ(d.count, 0u) << s.name << " " << data << " M=" << m << ": first at row "
+                               << d.first / s.N << " col " << d.first % s.N << " with "
+                               << c.serving(m).describe();
+      }
+    }
+    std::cout << "[invariant] " << s.name << ": companions on = off at " << ms.size()
+              << " Ms, two data sets\n";
+  }
+}
+
+TEST(CudaGemm, BitDifferenceCountFindsEveryDifferingElementAndNoOther) {
+  BIH_SKIP_WITHOUT_GPU();
+  constexpr size_t kN = 1001;  // not a multiple of 8: the last element is in the scalar tail
+  const std::vector<bf16> a = random_bf16(kN + 1, 5, 1.0f);
+  std::vector<bf16> b = a;
+  b[3].bits ^= 0x0001;     // the high half of a 32-bit word in the first 16-byte vector
+  b[8].bits ^= 0x8000;     // a sign flip (+0 and -0 differ too): the low half of a word
+  b[1000].bits ^= 0x0100;  // the scalar tail
+  b[kN].bits ^= 0x0001;    // beyond n: must not count
+  const DeviceBuffer<bf16> da(a);
+  const DeviceBuffer<bf16> db(b);
+  const bih::cuda::BitDifferences d =
+      bih::cuda::count_bit_differences(da.get(), db.get(), kN, nullptr);
+  EXPECT_EQ(d.count, 3u);
+  EXPECT_EQ(d.first, 3u);
+  const bih::cuda::BitDifferences same =
+      bih::cuda::count_bit_differences(da.get(), da.get(), kN, nullptr);
+  EXPECT_EQ(same.count, 0u);
+  EXPECT_EQ(same.first, UINT64_MAX);
+  // Pointers 2 bytes past 16-byte alignment take the scalar path: the same three, shifted.
+  const bih::cuda::BitDifferences shifted =
+      bih::cuda::count_bit_differences(da.get() + 1, db.get() + 1, kN - 1, nullptr);
+  EXPECT_EQ(shifted.count, 3u);
+  EXPECT_EQ(shifted.first, 2u);
+}
+
+// The pin-time check is only as strong as its data: the large products must cancel exactly, and
+// a different summation order (the own kernel's sequential fmaf chain) must change most outputs.
+TEST(CudaGemm, OrderSensitiveOperandsCancelExactlyAndExposeAnotherSummationOrder) {
+  BIH_SKIP_WITHOUT_GPU();
+  constexpr int kM = 64;
+  const Shape s = kDown;
+  DeviceBuffer<bf16> x(static_cast<size_t>(kM) * s.K);   // [kM, K]
+  DeviceBuffer<bf16> w(static_cast<size_t>(s.N) * s.K);  // [N, K]
+  bih::cuda::fill_order_sensitive_operands(x.get(), kM, w.get(), s.N, s.K, 99, nullptr);
+  const std::vector<bf16> xs = x.download(0, x.size());
+  const std::vector<bf16> ws = w.download(0, w.size());
+  for (int r : {0, 31, kM - 1}) {
+    for (int n : {0, 777, s.N - 1}) {
+      // Large values are >= 2 in magnitude, small ones < 2; products are exact in double, and
+      // so are these sums (about 40 significant bits).
+      int large = 0;
+      int unmatched = 0;  // positions where only one operand is large
+      double large_sum = 0.0;
+      for (int k = 0; k < s.K; ++k) {
+        const double xv = bih::to_float(xs[static_cast<size_t>(r) * s.K + k]);
+        const double wv = bih::to_float(ws[static_cast<size_t>(n) * s.K + k]);
+        if ((std::abs(xv) >= 2.0) != (std::abs(wv) >= 2.0)) ++unmatched;
+        if (std::abs(xv) >= 2.0) {
+          ++large;
+          large_sum += xv * wv;
+        }
+      }
+      EXPECT_EQ(unmatched, 0) << "row " << r << " col " << n;
+      EXPECT_EQ(large, 2 * (s.K / 8)) << "row " << r << " col " << n;
+      EXPECT_EQ(large_sum, 0.0) << "row " << r << " col " << n;
+    }
+  }
+  CudaGemmOptions plain;
+  plain.companions = false;
+  CudaGemm cublaslt(plain);
+  CudaGemmOptions own_options;
+  own_options.own_kernel_only = true;
+  CudaGemm own(own_options);
+  ASSERT_TRUE(cublaslt.invariant_config(s.N, s.K).cublaslt);
+  DeviceBuffer<bf16> y_cublaslt(static_cast<size_t>(kM) * s.N);  // [kM, N]
+  DeviceBuffer<bf16> y_own(static_cast<size_t>(kM) * s.N);       // [kM, N]
+  cublaslt.gemm(KernelFamily::invariant, x.get(), w.get(), y_cublaslt.get(), kM, s.N, s.K, nullptr);
+  own.gemm(KernelFamily::invariant, x.get(), w.get(), y_own.get(), kM, s.N, s.K, nullptr);
+  const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
+      y_cublaslt.get(), y_own.get(), static_cast<size_t>(kM) * s.N, nullptr);
+  std::cout << "[order-sensitive] down M=" << kM << ": " << d.count << " of " << kM * s.N
+            << " elements differ between cuBLASLt and the own kernel\n";
+  EXPECT_GT(d.count, static_cast<uint64_t>(kM) * s.N / 2);
+}
+
+// Captures what `enqueue` puts on `stream` into a graph; abandons the capture if it throws.
+template <class Enqueue>
+std::unique_ptr<bih::test::CapturedGraph> capture(cudaStream_t stream, Enqueue enqueue) {
+  bih::test::begin_capture(stream);
+  try {
+    enqueue();
+  } catch (...) {
+    bih::test::abandon_capture(stream);
+    throw;
+  }
+  return std::make_unique<bih::test::CapturedGraph>(stream);
+}
+
+// Pinning runs the bitwise check on the GPU: refused while the caller's stream is capturing,
+// leaving the capture intact; once pinned eagerly, the shape captures and replays its eager bits.
+TEST(CudaGemm, PinningIsRefusedDuringCaptureAndAPinnedShapeReplaysTheEagerBits) {
+  BIH_SKIP_WITHOUT_GPU();
+  const Shape s = kShapes[1];
+  constexpr int kM = 3;
+  const size_t count = static_cast<size_t>(kM) * s.N;
+  const ShapeData& data = host_data(s);
+  const DeviceBuffer<bf16> x(data.x);
+  const DeviceBuffer<bf16> w(data.w);
+  DeviceBuffer<bf16> y_eager(count);  // [kM, N]
+  DeviceBuffer<bf16> y_graph(count);  // [kM, N]
+  bih::test::TestStream stream;
+  CudaGemm gemm;
+  CudaGemmOptions own_options;
+  own_options.own_kernel_only = true;  // pins without GPU work
+  CudaGemm own(own_options);
+
+  // The refusal, then more work in the same capture: the capture must still be usable.
+  auto refused = capture(stream.get(), [&] {
+    EXPECT_THROW(gemm.gemm(KernelFamily::invariant, x.get(), w.get(), y_graph.get(), kM, s.N, s.K,
+                           stream.get()),
+                 std::runtime_error);
+    own.gemm(KernelFamily::invariant, x.get(), w.get(), y_graph.get(), kM, s.N, s.K, stream.get());
+  });
+  refused->launch(stream.get());
+  own.gemm(KernelFamily::invariant, x.get(), w.get(), y_eager.get(), kM, s.N, s.K, stream.get());
+  stream.synchronize();
+  EXPECT_EQ(bih::cuda::count_bit_differences(y_eager.get(), y_graph.get(), count, nullptr).count,
+            0u);
+
+  // Pinned eagerly first, the cuBLASLt shape captures like any other kernel.
+  gemm.gemm(KernelFamily::invariant, x.get(), w.get(), y_eager.get(), kM, s.N, s.K, stream.get());
+  auto pinned = capture(stream.get(), [&] {
+    gemm.gemm(KernelFamily::invariant, x.get(), w.get(), y_graph.get(), kM, s.N, s.K, stream.get());
+  });
+  pinned->launch(stream.get());
+  stream.synchronize();
+  EXPECT_EQ(bih::cuda::count_bit_differences(y_eager.get(), y_graph.get(), count, nullptr).count,
+            0u);
 }
 
 TEST(CudaGemm, RejectsBadSizesAndNullPointers) {
