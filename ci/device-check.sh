@@ -64,6 +64,9 @@ if stage bench; then
     >"$R/bench-cuda.txt" 2>&1
   summary "cuda bench: exit $? in $(( $(date +%s) - t )) s"
   grep -E "^BM_" "$R/bench-cuda.txt" | head -60
+  # The invariant GEMM without its companion configurations (the pinned reference for every M).
+  "$build/bih_cuda_bench" --companions=0 --benchmark_filter=Gemm >"$R/bench-gemm-no-companions.txt" 2>&1
+  summary "gemm bench without companions: exit $?"
   # Where an eager decode step's GPU time goes, op by op (the events add a little time).
   BIH_CUDA_PROFILE=1 "$build/bih_cuda_bench" --benchmark_filter='DecodeStep.*graph:none' \
     >"$R/bench-decode-profile.txt" 2>&1
