@@ -118,41 +118,40 @@ __global__ void add_rms_norm_kernel(u16* residual, const u16* x, const u16* w, u
 }
 
 // ---- head norm + RoPE -------------------------------------------------------------------------
-constexpr int kHeadThreads = 128;  // 4 warps, one head per warp at a time
+constexpr int kHeadThreads = 32;  // one warp per (row, head)
 
-// grid [M], block [kHeadThreads]. x: [M, n_heads, head_dim] in place; w: [head_dim];
-// positions: [M]; cos_table, sin_table: [max_pos, head_dim/2].
+// grid [M * n_heads], block [kHeadThreads]. x: [M, n_heads, head_dim] in place; w: [head_dim];
+// positions: [M]; cos_table, sin_table: [max_pos, head_dim/2]. The head is staged in shared
+// memory by the whole warp, then summed in index order (the CPU's order) from there: the bits
+// of a sequential sum at the latency of shared memory.
 __global__ void head_norm_rope_kernel(u16* x, const u16* w, const int32_t* positions, int n_heads,
                                       int head_dim, float eps, const float* cos_table,
                                       const float* sin_table, int max_pos) {
-  const int row = blockIdx.x;
-  u16* xr = x + static_cast<size_t>(row) * n_heads * head_dim;
+  __shared__ float values[kMaxHeadDim];
+  const int row = blockIdx.x / n_heads;
+  const int h = blockIdx.x % n_heads;
+  u16* head = x + (static_cast<size_t>(row) * n_heads + h) * head_dim;
   const int pos = positions[row];
+  const int lane = threadIdx.x;
   if (pos < 0 || pos >= max_pos) {  // the host should have caught it: make it loud downstream
-    for (int i = threadIdx.x; i < n_heads * head_dim; i += blockDim.x) xr[i] = kBf16QuietNan;
+    for (int i = lane; i < head_dim; i += kHeadThreads) head[i] = kBf16QuietNan;
     return;
   }
+  for (int d = lane; d < head_dim; d += kHeadThreads) values[d] = widen(head[d]);
+  __syncwarp();
+  // Every lane sums all of head_dim in index order (broadcast reads of shared memory).
+  float sum_sq = 0.0f;
+  for (int d = 0; d < head_dim; ++d) sum_sq = add(sum_sq, mul(values[d], values[d]));
+  const float inv_rms = inverse_rms_from_sum(sum_sq, head_dim, eps);
   const int half = head_dim / 2;
   const float* cos_row = cos_table + static_cast<size_t>(pos) * half;
   const float* sin_row = sin_table + static_cast<size_t>(pos) * half;
-  const int lane = threadIdx.x % 32;
-  for (int h = threadIdx.x / 32; h < n_heads; h += blockDim.x / 32) {
-    u16* head = xr + static_cast<size_t>(h) * head_dim;
-    // Every lane sums all of head_dim in index order (the CPU's order; broadcast loads).
-    float sum_sq = 0.0f;
-    for (int d = 0; d < head_dim; ++d) {
-      const float v = widen(head[d]);
-      sum_sq = add(sum_sq, mul(v, v));
-    }
-    const float inv_rms = inverse_rms_from_sum(sum_sq, head_dim, eps);
-    __syncwarp();  // all lanes have read the head before any lane overwrites it
-    for (int i = lane; i < half; i += 32) {
-      const float x1 = round_bf16(mul(round_bf16(mul(widen(head[i]), inv_rms)), widen(w[i])));
-      const float x2 =
-          round_bf16(mul(round_bf16(mul(widen(head[i + half]), inv_rms)), widen(w[i + half])));
-      head[i] = narrow(sub(mul(x1, cos_row[i]), mul(x2, sin_row[i])));
-      head[i + half] = narrow(add(mul(x2, cos_row[i]), mul(x1, sin_row[i])));
-    }
+  for (int i = lane; i < half; i += kHeadThreads) {
+    const float x1 = round_bf16(mul(round_bf16(mul(values[i], inv_rms)), widen(w[i])));
+    const float x2 =
+        round_bf16(mul(round_bf16(mul(values[i + half], inv_rms)), widen(w[i + half])));
+    head[i] = narrow(sub(mul(x1, cos_row[i]), mul(x2, sin_row[i])));
+    head[i + half] = narrow(add(mul(x2, cos_row[i]), mul(x1, sin_row[i])));
   }
 }
 
@@ -537,7 +536,9 @@ void head_norm_rope(bf16* x, const bf16* w, const int32_t* positions, int M, int
           "head_norm_rope: need 0 < head_dim <= " + std::to_string(kMaxHeadDim) +
               ", M >= 0, n_heads > 0; got head_dim " + std::to_string(head_dim));
   if (M == 0) return;
-  head_norm_rope_kernel<<<M, kHeadThreads, 0, stream>>>(
+  const int64_t blocks = int64_t{M} * n_heads;
+  require(blocks <= 2147483647, "head_norm_rope: M * n_heads exceeds the grid");
+  head_norm_rope_kernel<<<static_cast<unsigned>(blocks), kHeadThreads, 0, stream>>>(
       bits(x), bits(w), positions, n_heads, head_dim, eps, rope.cos(), rope.sin(), rope.max_pos());
   check_launch();
 }

@@ -135,7 +135,9 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            bf16* out, Stream stream);
 
 // ---- sampling -------------------------------------------------------------------------------
-inline constexpr int kSampleThreads = 256;
+// One block per row walks the whole vocabulary (151936 at Qwen3 scale) twice, the second time
+// with an exp per entry: 1024 threads, so that a decode step's lone row keeps an SM busy.
+inline constexpr int kSampleThreads = 1024;
 
 // Greedy sampling over logits[M,V]: tokens[M] the argmax (ties to the lowest id) and logprobs[M]
 // its fp32 log-softmax, max then sum of exp(x - max) in a fixed block tree per row.
