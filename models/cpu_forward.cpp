@@ -68,22 +68,6 @@ CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights, EngineOption
   }
 }
 
-// FNV-1a over the K and V rows a query attends to on one rank: equal hashes, equal context.
-uint64_t kv_context_hash(const cpu::KvPool& kv, const cpu::AttentionQuery& q) {
-  uint64_t h = 1469598103934665603ull;
-  const size_t row = static_cast<size_t>(kv.num_kv_heads) * kv.head_dim;
-  for (int pos = 0; pos < q.context_len; ++pos) {
-    const size_t slot = static_cast<size_t>(q.block_table[pos / kv.block_size]) * kv.block_size +
-                        pos % kv.block_size;
-    for (const bf16* base : {kv.k + slot * row, kv.v + slot * row}) {
-      for (size_t i = 0; i < row; ++i) {
-        h = (h ^ base[i].bits) * 1099511628211ull;
-      }
-    }
-  }
-  return h;
-}
-
 CpuForward::~CpuForward() = default;
 
 void CpuForward::forward_rank(int rank, StepBatch& step) {
@@ -196,13 +180,7 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
     for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
       const int row = step.trace_rows[i];
       const cpu::AttentionQuery& query = step.queries[row];
-      std::string detail = "attention over " + std::to_string(query.context_len) + " keys";
-      if (family == KernelFamily::vendor && query.decode) {
-        detail += " (vendor decode: " + std::to_string(cpu::vendor_decode_splits(step.num_decode)) +
-                  " KV splits for " + std::to_string(step.num_decode) + " decode queries)";
-      } else {
-        detail += " (tiles of " + std::to_string(cpu::kAttentionTile) + " absolute positions)";
-      }
+      const std::string detail = attention_trace_detail(family, query, step.num_decode);
       step.trace->record(
           TraceEntry{L, "attention", rank, step.trace_positions[i], detail,
                      widen_bits(attn.data() + static_cast<size_t>(row) * q_cols, q_cols), false,
@@ -271,17 +249,7 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
     step.sampled.resize(Ms);
     step.sampled_logprob.resize(Ms);
     cpu::greedy_sample(step.logits.data(), Ms, V, step.sampled.data(), step.sampled_logprob.data());
-    if (traced_logit < Ms) {
-      step.trace->record(TraceEntry{-1,
-                                    "logprob",
-                                    -1,
-                                    step.trace_positions.back(),
-                                    "log-softmax over " + std::to_string(V) + " logits, token " +
-                                        std::to_string(step.sampled[traced_logit]),
-                                    {std::bit_cast<uint32_t>(step.sampled_logprob[traced_logit]),
-                                     static_cast<uint32_t>(step.sampled[traced_logit])},
-                                    true});
-    }
+    if (traced_logit < Ms) trace_sampled_token(step, traced_logit, V);
   }
 }
 

@@ -1,10 +1,8 @@
 #include "models/engine.hpp"
 
 #include <algorithm>
-#include <exception>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "models/cpu_forward.hpp"
 
@@ -14,36 +12,6 @@ namespace {
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
 }  // namespace
-
-void run_ranks(int n, const std::function<void(int)>& work,
-               const std::function<void(int)>& on_failure) {
-  std::vector<std::exception_ptr> errors(n);
-  auto run_one = [&](int i) {
-    try {
-      work(i);
-    } catch (...) {
-      errors[i] = std::current_exception();
-      on_failure(i);
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(n > 0 ? n - 1 : 0);
-  for (int i = 1; i < n; ++i) threads.emplace_back(run_one, i);
-  if (n > 0) run_one(0);
-  for (auto& t : threads) t.join();
-  std::exception_ptr first_abort;
-  for (auto& e : errors) {
-    if (!e) continue;
-    try {
-      std::rethrow_exception(e);
-    } catch (const CommAborted&) {
-      if (!first_abort) first_abort = e;
-    } catch (...) {
-      throw;
-    }
-  }
-  if (first_abort) std::rethrow_exception(first_abort);
-}
 
 int max_blocks_per_sequence(const EngineOptions& o) {
   return (o.max_model_len + o.block_size - 1) / o.block_size;

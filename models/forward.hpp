@@ -74,6 +74,13 @@ struct StepBatch {
 void run_ranks(int n, const std::function<void(int)>& work,
                const std::function<void(int)>& on_failure);
 
+// Trace helpers both backends use, so that their traces read the same.
+// "attention over N keys (...)": how the family reduced this query's keys in this step.
+std::string attention_trace_detail(KernelFamily family, const cpu::AttentionQuery& query,
+                                   int num_decode);
+// Records the sampled token of logit row `index` (its logprob bits and id) in step.trace.
+void trace_sampled_token(StepBatch& step, size_t index, int vocab_size);
+
 class ForwardBackend {
  public:
   virtual ~ForwardBackend() = default;

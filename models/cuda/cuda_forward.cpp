@@ -501,13 +501,7 @@ void CudaForward::Impl::enqueue_attention(Rank& r, StepBatch& step, int layer) {
     cudaCheck(cudaStreamSynchronize(s));
     const cpu::KvPool host{k.data(),        v.data(),          blocks,
                            pool.block_size, pool.num_kv_heads, pool.head_dim};
-    std::string detail = "attention over " + std::to_string(query.context_len) + " keys";
-    if (options.kernels == KernelFamily::vendor && query.decode) {
-      detail += " (vendor decode: " + std::to_string(cpu::vendor_decode_splits(step.num_decode)) +
-                " KV splits for " + std::to_string(step.num_decode) + " decode queries)";
-    } else {
-      detail += " (tiles of " + std::to_string(kAttentionTile) + " absolute positions)";
-    }
+    const std::string detail = attention_trace_detail(options.kernels, query, step.num_decode);
     step.trace->record(TraceEntry{
         layer, "attention", r.local.rank, step.trace_positions[i], detail,
         download_bits(r.attn.get() + static_cast<size_t>(row) * q_cols, q_cols, s), false,
@@ -570,17 +564,7 @@ void CudaForward::Impl::logits_and_sample(int index, StepBatch& step) {
   cudaCheck(cudaMemcpyAsync(step.sampled_logprob.data(), r.logprobs.get(), Ms * sizeof(float),
                             cudaMemcpyDeviceToHost, s));
   cudaCheck(cudaStreamSynchronize(s));
-  if (traced < Ms) {
-    step.trace->record(TraceEntry{-1,
-                                  "logprob",
-                                  -1,
-                                  step.trace_positions.back(),
-                                  "log-softmax over " + std::to_string(V) + " logits, token " +
-                                      std::to_string(step.sampled[traced]),
-                                  {std::bit_cast<uint32_t>(step.sampled_logprob[traced]),
-                                   static_cast<uint32_t>(step.sampled[traced])},
-                                  true});
-  }
+  if (traced < Ms) trace_sampled_token(step, traced, V);
 }
 
 // One piece on every local rank: eagerly, or as one graph over all their streams. Every local

@@ -1,0 +1,80 @@
+// forward.cpp: what both forward backends share (forward.hpp): rank threads, trace helpers.
+#include "models/forward.hpp"
+
+#include <bit>
+#include <exception>
+#include <thread>
+
+#include "models/comm/communicator.hpp"
+
+namespace bih {
+
+void run_ranks(int n, const std::function<void(int)>& work,
+               const std::function<void(int)>& on_failure) {
+  std::vector<std::exception_ptr> errors(n);
+  auto run_one = [&](int i) {
+    try {
+      work(i);
+    } catch (...) {
+      errors[i] = std::current_exception();
+      on_failure(i);
+    }
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(n > 0 ? n - 1 : 0);
+  for (int i = 1; i < n; ++i) threads.emplace_back(run_one, i);
+  if (n > 0) run_one(0);
+  for (auto& t : threads) t.join();
+  std::exception_ptr first_abort;
+  for (auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const CommAborted&) {
+      if (!first_abort) first_abort = e;
+    } catch (...) {
+      throw;
+    }
+  }
+  if (first_abort) std::rethrow_exception(first_abort);
+}
+
+// FNV-1a over the K and V rows a query attends to on one rank: equal hashes, equal context.
+uint64_t kv_context_hash(const cpu::KvPool& kv, const cpu::AttentionQuery& q) {
+  uint64_t h = 1469598103934665603ull;
+  const size_t row = static_cast<size_t>(kv.num_kv_heads) * kv.head_dim;
+  for (int pos = 0; pos < q.context_len; ++pos) {
+    const size_t slot = static_cast<size_t>(q.block_table[pos / kv.block_size]) * kv.block_size +
+                        pos % kv.block_size;
+    for (const bf16* base : {kv.k + slot * row, kv.v + slot * row}) {
+      for (size_t i = 0; i < row; ++i) {
+        h = (h ^ base[i].bits) * 1099511628211ull;
+      }
+    }
+  }
+  return h;
+}
+
+std::string attention_trace_detail(KernelFamily family, const cpu::AttentionQuery& query,
+                                   int num_decode) {
+  std::string detail = "attention over " + std::to_string(query.context_len) + " keys";
+  if (family == KernelFamily::vendor && query.decode) {
+    return detail + " (vendor decode: " + std::to_string(cpu::vendor_decode_splits(num_decode)) +
+           " KV splits for " + std::to_string(num_decode) + " decode queries)";
+  }
+  return detail + " (tiles of " + std::to_string(cpu::kAttentionTile) + " absolute positions)";
+}
+
+void trace_sampled_token(StepBatch& step, size_t index, int vocab_size) {
+  step.trace->record(TraceEntry{-1,
+                                "logprob",
+                                -1,
+                                step.trace_positions.back(),
+                                "log-softmax over " + std::to_string(vocab_size) +
+                                    " logits, token " + std::to_string(step.sampled[index]),
+                                {std::bit_cast<uint32_t>(step.sampled_logprob[index]),
+                                 static_cast<uint32_t>(step.sampled[index])},
+                                true});
+}
+
+}  // namespace bih
