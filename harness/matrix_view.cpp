@@ -48,11 +48,26 @@ AxisKey make_key(const json& scenario, const std::vector<std::string>& keys) {
   return key;
 }
 
-// Orders values the way a reader expects: numbers numerically, false before true, strings
-// alphabetically; nlohmann's operator< does exactly that within one type.
+// Knob values with a natural order that is not the alphabet's: CUDA graph modes by how much of
+// the step they capture.
+int natural_rank(const json& v) {
+  static const std::map<std::string, int> ranks{{"none", 0}, {"piecewise", 1}, {"full", 2}};
+  if (!v.is_string()) return -1;
+  const auto it = ranks.find(v.get<std::string>());
+  return it == ranks.end() ? -1 : it->second;
+}
+
+// Orders values the way a reader expects: numbers numerically, false before true, graph modes
+// none < piecewise < full, other strings alphabetically (nlohmann's operator< within one type).
+bool value_less(const json& a, const json& b) {
+  const int ra = natural_rank(a), rb = natural_rank(b);
+  if (ra >= 0 && rb >= 0) return ra < rb;
+  return a < b;
+}
+
 bool key_less(const AxisKey& a, const AxisKey& b) {
   return std::lexicographical_compare(a.values.begin(), a.values.end(), b.values.begin(),
-                                      b.values.end());
+                                      b.values.end(), value_less);
 }
 
 // Every leaf of the scenario as dotted key -> value (arrays are leaves).

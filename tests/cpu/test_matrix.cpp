@@ -174,6 +174,10 @@ TEST(MatrixView, PlacesEachReportByItsScenarioKeys) {
   for (const auto& r : view.tables[0].rows) rows.push_back(r.label);
   EXPECT_EQ(rows, (std::vector<std::string>{"tp=2, sp=on", "tp=4, sp=off", "tp=4, sp=on",
                                             "tp=8, sp=on"}));
+  // Graph modes in their natural order (none before full), not the alphabet's.
+  std::vector<std::string> cols;
+  for (const auto& c : view.tables[0].cols) cols.push_back(c.label);
+  EXPECT_EQ(cols, (std::vector<std::string>{"graph=none, prefix=off", "graph=full, prefix=on"}));
   const Located vendor = locate(view, kVendorId);
   ASSERT_NE(vendor.entry, nullptr);
   EXPECT_EQ(vendor.table, &view.tables[1]);
