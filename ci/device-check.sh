@@ -102,6 +102,9 @@ if stage matrix; then
   "$build/bih" run scenarios/issue-56370-gpu.json "${only[@]}" \
     --set localize=true --out "$R/issue-56370-gpu" >"$R/issue-56370-gpu.txt" 2>&1
   summary "issue-56370-gpu: exit $? in $(( $(date +%s) - t )) s"
+  "$build/bih" gate --expect ci/expectations-gpu.json "$R/issue-56370-gpu" \
+    --junit "$R/gate-gpu.xml" >"$R/gate-gpu.txt" 2>&1
+  summary "gate against ci/expectations-gpu.json: exit $? ($(tail -1 "$R/gate-gpu.txt"))"
   grep -vE "^\[|^ *(step|fresh)" "$R/issue-56370-gpu.txt" | tail -40
   pack
 fi

@@ -249,6 +249,37 @@ TEST(ExpectationsFile, CiBaselineCoversTheIssueMatrix) {
   EXPECT_EQ(used.size(), baseline.entries.size()) << "an entry of the baseline matches nothing";
 }
 
+TEST(ExpectationsFile, GpuBaselineCoversTheGpuMatrix) {
+  // The same agreement for the GPU matrix: every nccl case too (it claims what the GPUs give).
+  const ExpectationsFile baseline = load_expectations(kSource + "/ci/expectations-gpu.json");
+  const auto scenarios = load_scenarios(kSource + "/scenarios/issue-56370-gpu.json").scenarios;
+  std::set<size_t> used;
+  for (const Scenario& s : scenarios) {
+    ASSERT_TRUE(s.expect.has_value()) << s.id();
+    const Expectation* e = match_expectation(baseline, s.id());
+    EXPECT_EQ(e ? e->verdict : kDefaultExpectation, *s.expect) << s.id();
+    if (e) used.insert(e->index);
+  }
+  EXPECT_EQ(used.size(), baseline.entries.size()) << "an entry of the baseline matches nothing";
+}
+
+TEST(GatePublished, TheH200ReportsPassTheGpuBaselineAndTheSchema) {
+  // The published GPU reports (2x H200) are real bih.report/1 documents and meet the baseline
+  // that a GPU CI job would gate on.
+  const std::string dir = kSource + "/reports/gpu/cuda-engine-2026-11-29/issue-56370-gpu";
+  const auto r = run_bih({"gate", "--expect", kSource + "/ci/expectations-gpu.json", dir});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("33 passed, 0 failed"), std::string::npos) << r.output;
+  const testing::SchemaChecker checker(kSource + "/reports/report.schema.json");
+  int reports = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json") continue;
+    EXPECT_EQ(checker.errors(read_json_file(entry.path().string())), "") << entry.path();
+    ++reports;
+  }
+  EXPECT_EQ(reports, 33);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Gate decision
 
