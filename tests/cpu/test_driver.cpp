@@ -118,6 +118,22 @@ TEST(Driver, CudaScenarioRunsOnTheGpuOrIsUnsupportedWithTheReason) {
   }
 }
 
+TEST(Driver, AutoBackendRunsWhereItCanAndSaysWhere) {
+  const auto dir = testing::fresh_dir("driver-auto");
+  write_text(dir / "s.json", std::string(kSmallBase) + R"(, "backend": "auto"})");
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto files = testing::report_files(dir / "out");
+  ASSERT_EQ(files.size(), 1u);
+  const auto report = read_json_file(files[0].string());
+  EXPECT_EQ(report.at("verdict"), "invariant");
+  const std::string backend = report.at("engine").at("backend");
+  // cpu where no GPU is visible (or no CUDA backend was built), the GPU's name otherwise.
+  EXPECT_TRUE(backend == "cpu" || (BIH_BINARY_HAS_CUDA && backend.rfind("cuda(", 0) == 0))
+      << backend;
+}
+
 TEST(Driver, ReportNamesTheBackendAndCommunicatorThatRan) {
   const auto dir = testing::fresh_dir("driver-engine");
   write_text(dir / "s.json", std::string(kSmallBase) + "}");
