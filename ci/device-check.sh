@@ -13,6 +13,8 @@
 #            "4 8"; TP sizes above the GPU count come out `unsupported`), filtered by NCCL_ONLY,
 #            each failing cell localized; and its matrix (matrix.md) beside the emulated cells
 #   cpu      the CPU matrix scenarios/issue-56370.json on this host
+# BIH_COMMIT names the commit the reports carry: pass the hash from the checkout that sent the tree
+# (the GPU machine's copy may carry stale git metadata), e.g. BIH_COMMIT=1e280c1a2b3c.
 # STAGES selects them (default "tests bench probes matrix explain"). Everything lands under $OUT
 # (default out/device): summary.txt and device-results.tgz.
 set -uo pipefail

@@ -1,10 +1,20 @@
 # Writes OUT (a header defining BIH_GIT_COMMIT) from the source tree's git state at build time, so
 # reports name the commit that was actually built ("-dirty" when tracked files were modified).
 # The file is rewritten only when the text changes, so an unchanged commit rebuilds nothing.
-execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SOURCE_DIR}
-                OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
-                RESULT_VARIABLE status)
-if(NOT status EQUAL 0 OR NOT commit)
+# BIH_COMMIT in the environment wins: a copy of the tree without its own git history (the GPU
+# machine's) is told which commit it is.
+if(DEFINED ENV{BIH_COMMIT} AND NOT "$ENV{BIH_COMMIT}" STREQUAL "")
+  set(commit "$ENV{BIH_COMMIT}")
+  set(status 0)
+  set(from_env TRUE)
+else()
+  execute_process(COMMAND git rev-parse --short=12 HEAD WORKING_DIRECTORY ${SOURCE_DIR}
+                  OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET
+                  RESULT_VARIABLE status)
+endif()
+if(from_env)
+  # as given
+elseif(NOT status EQUAL 0 OR NOT commit)
   set(commit unknown)
 else()
   execute_process(COMMAND git status --porcelain --untracked-files=no
