@@ -4,9 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <random>
 #include <stdexcept>
-#include <thread>
 #include <utility>
 
 #include "models/cuda/check.hpp"
@@ -18,11 +16,6 @@ static_assert(sizeof(bf16) == sizeof(uint16_t), "bf16 must be its 16 bits, as th
 static_assert(detail::kMaxChainLength == kMaxRanks, "the kernel's chain must fit any group");
 
 namespace {
-
-const char* op_name(int op) {
-  static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather"};
-  return kNames[op];
-}
 
 std::vector<int> resolve_ring_order(int size, std::vector<int> ring_order) {
   if (size < 1 || size > kMaxRanks) {
@@ -152,11 +145,7 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
       orders_(orders),
       ring_order_(resolve_ring_order(size, std::move(ring_order))),
       device_(device),
-      watchdog_(watchdog),
-      arrived_(size, 0),
-      posted_(size),
-      inputs_(size, nullptr),
-      arrival_order_(size, 0) {
+      rendezvous_(size, watchdog, "emulated GPU comm") {
   ranks_.reserve(size);
   for (int r = 0; r < size; ++r) {
     ranks_.push_back(std::unique_ptr<EmulatedGpuRank>(new EmulatedGpuRank(this, r)));
@@ -175,120 +164,9 @@ EmulatedGpuRank& EmulatedGpuGroup::rank(int r) {
 
 std::string EmulatedGpuGroup::describe() const { return describe_emulated(orders_, ring_order_); }
 
-void EmulatedGpuGroup::abort(const std::string& why) {
-  {
-    std::lock_guard lock(mutex_);
-    abort_locked(why);
-  }
-  wake_.notify_all();
-}
+void EmulatedGpuGroup::abort(const std::string& why) { rendezvous_.abort(why); }
 
-bool EmulatedGpuGroup::aborted() const {
-  std::lock_guard lock(mutex_);
-  return aborted_;
-}
-
-void EmulatedGpuGroup::abort_locked(const std::string& why) {
-  if (aborted_) return;
-  aborted_ = true;
-  abort_reason_ = why;
-}
-
-void EmulatedGpuGroup::sleep_before_arrival() const {
-  // A few random microseconds, as on the CPU: otherwise threads tend to arrive in one fixed order,
-  // and `arrival` is meant to model a timing-dependent order.
-  thread_local std::minstd_rand engine{std::random_device{}()};
-  std::uniform_int_distribution<int> micros(0, 20);
-  std::this_thread::sleep_for(std::chrono::microseconds(micros(engine)));
-}
-
-std::string EmulatedGpuGroup::describe_call(const Posted& posted, uint64_t call) const {
-  return std::string(op_name(static_cast<int>(posted.op))) + " (call " + std::to_string(call) +
-         ", count " + std::to_string(posted.count) + ")";
-}
-
-void EmulatedGpuGroup::arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int rank,
-                                              uint64_t call, const char* phase) {
-  arrived_[rank] = 1;
-  if (++arrived_count_ == size_) {
-    arrived_count_ = 0;
-    std::fill(arrived_.begin(), arrived_.end(), 0);
-    ++generation_;
-    lock.unlock();
-    wake_.notify_all();
-    lock.lock();
-    return;
-  }
-  const uint64_t generation = generation_;
-  const auto released = [&] { return generation_ != generation || aborted_; };
-  if (watchdog_.count() == 0) {
-    wake_.wait(lock, released);
-  } else if (!wake_.wait_for(lock, watchdog_, released)) {
-    std::string missing;
-    for (int r = 0; r < size_; ++r) {
-      if (arrived_[r]) continue;
-      if (!missing.empty()) missing += ", ";
-      missing += std::to_string(r);
-    }
-    abort_locked("emulated GPU comm watchdog: rank " + std::to_string(rank) + " waited over " +
-                 std::to_string(watchdog_.count()) + " ms " + phase + " " +
-                 describe_call(posted_[rank], call) + "; ranks that never arrived: " + missing);
-    lock.unlock();
-    wake_.notify_all();
-    lock.lock();
-  }
-  if (aborted_) throw CommAborted(abort_reason_);
-}
-
-std::string EmulatedGpuGroup::complete_publish_locked() {
-  const Posted& first = posted_[0];
-  for (int r = 1; r < size_; ++r) {
-    if (posted_[r].op != first.op || posted_[r].count != first.count) {
-      return "emulated GPU comm: ranks disagree on collective call " + std::to_string(next_call_) +
-             ": rank 0 called " + describe_call(first, next_call_) + ", rank " + std::to_string(r) +
-             " called " + describe_call(posted_[r], next_call_);
-    }
-  }
-  current_call_ = next_call_++;
-  return {};
-}
-
-template <class Work>
-void EmulatedGpuGroup::run_or_abort(int rank, const char* what, Work&& work) {
-  try {
-    work();
-  } catch (const std::exception& e) {
-    abort("rank " + std::to_string(rank) + " failed inside " + what + ": " + e.what());
-    throw;
-  }
-}
-
-uint64_t EmulatedGpuGroup::publish_and_wait(int rank, const Posted& posted) {
-  std::unique_lock lock(mutex_);
-  if (aborted_) throw CommAborted(abort_reason_);
-  const uint64_t call = next_call_;  // the call in progress until the last arrival completes it
-  posted_[rank] = posted;
-  inputs_[rank] = posted.in;
-  arrival_order_[arrived_count_] = rank;
-  if (arrived_count_ + 1 == size_) {
-    // The last arrival validates before releasing anyone, so nobody launches on a bad call.
-    std::string error = complete_publish_locked();
-    if (!error.empty()) {
-      abort_locked(error);
-      lock.unlock();
-      wake_.notify_all();
-      throw CommAborted(error);
-    }
-  }
-  arrive_and_wait_locked(lock, rank, call, "at the start of");
-  return current_call_;
-}
-
-void EmulatedGpuGroup::finish_and_wait(int rank, uint64_t call) {
-  std::unique_lock lock(mutex_);
-  if (aborted_) throw CommAborted(abort_reason_);
-  arrive_and_wait_locked(lock, rank, call, "at the end of");
-}
+bool EmulatedGpuGroup::aborted() const { return rendezvous_.aborted(); }
 
 void EmulatedGpuGroup::wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which) {
   cudaStream_t stream = ranks_[rank]->stream_;
@@ -298,10 +176,7 @@ void EmulatedGpuGroup::wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*wh
 }
 
 void EmulatedGpuGroup::single_rank_copy(const bf16* in, bf16* out, size_t count) {
-  {
-    std::lock_guard lock(mutex_);
-    if (aborted_) throw CommAborted(abort_reason_);
-  }
+  rendezvous_.throw_if_aborted();
   EmulatedGpuRank& me = *ranks_[0];
   me.last_arrival_order_ = {0};
   if (count == 0 || in == out) return;
@@ -314,19 +189,19 @@ void EmulatedGpuGroup::single_rank_copy(const bf16* in, bf16* out, size_t count)
 void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
   if (size_ == 1) return single_rank_copy(data, data, count);
   EmulatedGpuRank& me = *ranks_[rank];
-  run_or_abort(rank, "all_reduce", [&] {
+  rendezvous_.run_or_abort(rank, "all_reduce", [&] {
     cudaCheck(cudaSetDevice(device_));
     check_device_pointer(data, count, device_, rank, "all_reduce data");
     me.reserve_scratch(count);
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
-  if (orders_.all_reduce == ReduceOrder::arrival) sleep_before_arrival();
-  const uint64_t call = publish_and_wait(rank, Posted{Op::all_reduce, data, count});
-  run_or_abort(rank, "all_reduce", [&] {
-    me.last_arrival_order_ = arrival_order_;
+  if (orders_.all_reduce == ReduceOrder::arrival) Rendezvous::sleep_before_arrival();
+  const uint64_t call = rendezvous_.publish_and_wait(rank, {CollectiveOp::all_reduce, data, count});
+  rendezvous_.run_or_abort(rank, "all_reduce", [&] {
+    me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
     if (count == 0) return;
-    const RankSequences sequences{.ring = ring_order_, .arrival = arrival_order_};
+    const RankSequences sequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()};
     // The chain is constant over a ring chunk (ring) or over the whole message (other orders):
     // one launch per such segment, with the chain the pure model gives its first element.
     const size_t segment =
@@ -334,7 +209,7 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
     for (size_t begin = 0; begin < count; begin += segment) {
       const std::vector<int> chain =
           all_reduce_chain(orders_.all_reduce, size_, count, begin, sequences);
-      detail::ChainSumArgs args = chain_sum_args(orders_.all_reduce, inputs_, chain);
+      detail::ChainSumArgs args = chain_sum_args(orders_.all_reduce, rendezvous_.inputs(), chain);
       args.input_offset = begin;
       args.count = std::min(segment, count - begin);
       args.out = bits_of(me.scratch_ + begin);
@@ -342,8 +217,8 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
     }
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  finish_and_wait(rank, call);
-  run_or_abort(rank, "all_reduce", [&] {
+  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.run_or_abort(rank, "all_reduce", [&] {
     // `data` is every peer's input too: overwrite it only after all of them have read it.
     wait_for_peers(rank, &EmulatedGpuRank::read_done_);
     if (count == 0) return;
@@ -355,21 +230,22 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
 void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_t count) {
   if (size_ == 1) return single_rank_copy(in, out, count);
   EmulatedGpuRank& me = *ranks_[rank];
-  run_or_abort(rank, "reduce_scatter", [&] {
+  rendezvous_.run_or_abort(rank, "reduce_scatter", [&] {
     cudaCheck(cudaSetDevice(device_));
     check_device_pointer(in, count * size_, device_, rank, "a reduce_scatter input");
     check_device_pointer(out, count, device_, rank, "a reduce_scatter output");
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
-  if (orders_.reduce_scatter == ReduceOrder::arrival) sleep_before_arrival();
-  const uint64_t call = publish_and_wait(rank, Posted{Op::reduce_scatter, in, count});
-  run_or_abort(rank, "reduce_scatter", [&] {
-    me.last_arrival_order_ = arrival_order_;
+  if (orders_.reduce_scatter == ReduceOrder::arrival) Rendezvous::sleep_before_arrival();
+  const uint64_t call =
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::reduce_scatter, in, count});
+  rendezvous_.run_or_abort(rank, "reduce_scatter", [&] {
+    me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
-    const std::vector<int> chain =
-        reduce_scatter_chain(orders_.reduce_scatter, size_, rank,
-                             RankSequences{.ring = ring_order_, .arrival = arrival_order_});
-    detail::ChainSumArgs args = chain_sum_args(orders_.reduce_scatter, inputs_, chain);
+    const std::vector<int> chain = reduce_scatter_chain(
+        orders_.reduce_scatter, size_, rank,
+        RankSequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()});
+    detail::ChainSumArgs args = chain_sum_args(orders_.reduce_scatter, rendezvous_.inputs(), chain);
     // Only this rank reads block `rank` of the inputs, and each element is read before it is
     // written, so out may be in + rank*count (in place).
     args.input_offset = static_cast<size_t>(rank) * count;
@@ -378,36 +254,38 @@ void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_
     detail::launch_chain_sum(args, me.stream_);
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call);
   // Peers' later work on their streams may overwrite their inputs only after this rank read them,
   // and vice versa.
-  run_or_abort(rank, "reduce_scatter", [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
+  rendezvous_.run_or_abort(rank, "reduce_scatter",
+                           [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
 
 void EmulatedGpuGroup::all_gather(int rank, const bf16* in, bf16* out, size_t count) {
   if (size_ == 1) return single_rank_copy(in, out, count);
   EmulatedGpuRank& me = *ranks_[rank];
-  run_or_abort(rank, "all_gather", [&] {
+  rendezvous_.run_or_abort(rank, "all_gather", [&] {
     cudaCheck(cudaSetDevice(device_));
     check_device_pointer(in, count, device_, rank, "an all_gather input");
     check_device_pointer(out, count * size_, device_, rank, "an all_gather output");
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
-  const uint64_t call = publish_and_wait(rank, Posted{Op::all_gather, in, count});
-  run_or_abort(rank, "all_gather", [&] {
-    me.last_arrival_order_ = arrival_order_;
+  const uint64_t call = rendezvous_.publish_and_wait(rank, {CollectiveOp::all_gather, in, count});
+  rendezvous_.run_or_abort(rank, "all_gather", [&] {
+    me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
     for (int q = 0; q < size_ && count > 0; ++q) {
       bf16* block = out + static_cast<size_t>(q) * count;
       // In place (in == out + rank*count) the own block is already there.
-      if (inputs_[q] == block) continue;
-      cudaCheck(cudaMemcpyAsync(block, inputs_[q], count * sizeof(bf16), cudaMemcpyDeviceToDevice,
-                                me.stream_));
+      if (rendezvous_.inputs()[q] == block) continue;
+      cudaCheck(cudaMemcpyAsync(block, rendezvous_.inputs()[q], count * sizeof(bf16),
+                                cudaMemcpyDeviceToDevice, me.stream_));
     }
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  finish_and_wait(rank, call);
-  run_or_abort(rank, "all_gather", [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
+  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.run_or_abort(rank, "all_gather",
+                           [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
 
 }  // namespace bih::cuda

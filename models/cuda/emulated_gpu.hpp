@@ -24,16 +24,15 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "models/comm/communicator.hpp"
 #include "models/comm/reduce_order.hpp"
+#include "models/comm/rendezvous.hpp"
 
 // cudaStream_t and cudaEvent_t are pointers to these; declared here to keep CUDA headers out.
 struct CUstream_st;
@@ -114,34 +113,12 @@ class EmulatedGpuGroup {
 
  private:
   friend class EmulatedGpuRank;
-  enum class Op { all_reduce, reduce_scatter, all_gather };
-  // What a rank brings to barrier 1: all ranks must agree on op and count.
-  struct Posted {
-    Op op = Op::all_reduce;
-    const bf16* in = nullptr;
-    size_t count = 0;
-  };
 
   void all_reduce(int rank, bf16* data, size_t count);
   void reduce_scatter(int rank, const bf16* in, bf16* out, size_t count);
   void all_gather(int rank, const bf16* in, bf16* out, size_t count);
   // A group of one: checks for abort, then copies in -> out on the rank's stream if they differ.
   void single_rank_copy(const bf16* in, bf16* out, size_t count);
-
-  // Barrier 1: publish `posted`, record the arrival, wait for all. Returns the call's index.
-  uint64_t publish_and_wait(int rank, const Posted& posted);
-  // Barrier 2: wait until every rank has enqueued its reads of call `call` (and recorded them).
-  void finish_and_wait(int rank, uint64_t call);
-  void arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int rank, uint64_t call,
-                              const char* phase);
-  std::string complete_publish_locked();
-  void abort_locked(const std::string& why);
-  void sleep_before_arrival() const;
-  // Runs a rank's own step; if it throws, aborts the group first (so that peers waiting at a
-  // barrier wake instead of hanging), then rethrows.
-  template <class Work>
-  void run_or_abort(int rank, const char* what, Work&& work);
-  std::string describe_call(const Posted& posted, uint64_t call) const;
 
   // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_).
   void wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which);
@@ -150,24 +127,9 @@ class EmulatedGpuGroup {
   const CollectiveOrders orders_;
   const std::vector<int> ring_order_;
   const int device_;
-  const std::chrono::milliseconds watchdog_;
   std::vector<std::unique_ptr<EmulatedGpuRank>> ranks_;
-
-  mutable std::mutex mutex_;
-  std::condition_variable wake_;
-  uint64_t generation_ = 0;  // a barrier wait ends when this moves on (or the group aborts)
-  int arrived_count_ = 0;
-  std::vector<char> arrived_;  // [size]: who is already waiting at the current barrier
-  bool aborted_ = false;
-  std::string abort_reason_;
-
-  // Written under the mutex at barrier 1, read between the barriers without it (the barriers
-  // order those accesses).
-  uint64_t next_call_ = 0;
-  uint64_t current_call_ = 0;
-  std::vector<Posted> posted_;       // [size]
-  std::vector<const bf16*> inputs_;  // [size] device pointers: posted_[r].in
-  std::vector<int> arrival_order_;   // [size]: arrival position -> rank, for this call
+  // The barriers, abort and watchdog (rendezvous.hpp); its inputs() are device pointers here.
+  Rendezvous rendezvous_;
 };
 
 // A bf16 buffer in device memory, for callers without CUDA headers (tests, the harness).

@@ -1,0 +1,135 @@
+// rendezvous.cpp: the two-barrier meeting of an emulated group's ranks (rendezvous.hpp).
+#include "models/comm/rendezvous.hpp"
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+namespace bih {
+
+const char* to_string(CollectiveOp op) {
+  static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  return kNames[static_cast<int>(op)];
+}
+
+Rendezvous::Rendezvous(int size, std::chrono::milliseconds watchdog, std::string name,
+                       std::function<void(const Posted&)> on_complete)
+    : size_(size),
+      watchdog_(watchdog),
+      name_(std::move(name)),
+      on_complete_(std::move(on_complete)),
+      arrived_(size, 0),
+      posted_(size),
+      inputs_(size, nullptr),
+      arrival_order_(size, 0) {}
+
+void Rendezvous::abort(const std::string& why) {
+  {
+    std::lock_guard lock(mutex_);
+    abort_locked(why);
+  }
+  wake_.notify_all();
+}
+
+bool Rendezvous::aborted() const {
+  std::lock_guard lock(mutex_);
+  return aborted_;
+}
+
+void Rendezvous::throw_if_aborted() const {
+  std::lock_guard lock(mutex_);
+  if (aborted_) throw CommAborted(abort_reason_);
+}
+
+void Rendezvous::abort_locked(const std::string& why) {
+  if (aborted_) return;
+  aborted_ = true;
+  abort_reason_ = why;
+}
+
+void Rendezvous::sleep_before_arrival() {
+  thread_local std::minstd_rand engine{std::random_device{}()};
+  std::uniform_int_distribution<int> micros(0, 20);
+  std::this_thread::sleep_for(std::chrono::microseconds(micros(engine)));
+}
+
+std::string Rendezvous::describe_call(const Posted& posted, uint64_t call) const {
+  return std::string(to_string(posted.op)) + " (call " + std::to_string(call) + ", count " +
+         std::to_string(posted.count) + ")";
+}
+
+void Rendezvous::arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int rank, uint64_t call,
+                                        const char* phase) {
+  arrived_[rank] = 1;
+  if (++arrived_count_ == size_) {
+    arrived_count_ = 0;
+    std::fill(arrived_.begin(), arrived_.end(), 0);
+    ++generation_;
+    lock.unlock();
+    wake_.notify_all();
+    lock.lock();
+    return;
+  }
+  const uint64_t generation = generation_;
+  const auto released = [&] { return generation_ != generation || aborted_; };
+  if (watchdog_.count() == 0) {
+    wake_.wait(lock, released);
+  } else if (!wake_.wait_for(lock, watchdog_, released)) {
+    std::string missing;
+    for (int r = 0; r < size_; ++r) {
+      if (arrived_[r]) continue;
+      if (!missing.empty()) missing += ", ";
+      missing += std::to_string(r);
+    }
+    abort_locked(name_ + " watchdog: rank " + std::to_string(rank) + " waited over " +
+                 std::to_string(watchdog_.count()) + " ms " + phase + " " +
+                 describe_call(posted_[rank], call) + "; ranks that never arrived: " + missing);
+    lock.unlock();
+    wake_.notify_all();
+    lock.lock();
+  }
+  if (aborted_) throw CommAborted(abort_reason_);
+}
+
+std::string Rendezvous::complete_publish_locked() {
+  const Posted& first = posted_[0];
+  for (int r = 1; r < size_; ++r) {
+    if (posted_[r].op != first.op || posted_[r].count != first.count) {
+      return name_ + ": ranks disagree on collective call " + std::to_string(next_call_) +
+             ": rank 0 called " + describe_call(first, next_call_) + ", rank " + std::to_string(r) +
+             " called " + describe_call(posted_[r], next_call_);
+    }
+  }
+  current_call_ = next_call_++;
+  if (on_complete_) on_complete_(first);
+  return {};
+}
+
+uint64_t Rendezvous::publish_and_wait(int rank, const Posted& posted) {
+  std::unique_lock lock(mutex_);
+  if (aborted_) throw CommAborted(abort_reason_);
+  const uint64_t call = next_call_;  // the call in progress until the last arrival completes it
+  posted_[rank] = posted;
+  inputs_[rank] = posted.in;
+  arrival_order_[arrived_count_] = rank;
+  if (arrived_count_ + 1 == size_) {
+    // The last arrival validates before releasing anyone, so nobody computes on a bad call.
+    std::string error = complete_publish_locked();
+    if (!error.empty()) {
+      abort_locked(error);
+      lock.unlock();
+      wake_.notify_all();
+      throw CommAborted(error);
+    }
+  }
+  arrive_and_wait_locked(lock, rank, call, "at the start of");
+  return current_call_;
+}
+
+void Rendezvous::finish_and_wait(int rank, uint64_t call) {
+  std::unique_lock lock(mutex_);
+  if (aborted_) throw CommAborted(abort_reason_);
+  arrive_and_wait_locked(lock, rank, call, "at the end of");
+}
+
+}  // namespace bih

@@ -1,0 +1,105 @@
+// rendezvous.hpp: how an emulated group's ranks meet for one collective (CPU and GPU groups).
+//
+// A collective is two barriers. At barrier 1 each rank posts its op, input and count; the last to
+// arrive checks that every rank called the same collective and completes the call, and the order
+// of arrival is recorded (the `arrival` order model sums along it). Between the barriers each
+// rank reads its peers' inputs. Barrier 2 holds every rank until all have read, so that no input
+// is overwritten while a peer still reads it.
+//
+// A failure must not hang the peers: abort(why) wakes every waiting rank with CommAborted(why) and
+// every later call throws too. An optional watchdog aborts a barrier that waits too long, naming
+// the collective and the ranks that never arrived.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "models/bf16.hpp"
+#include "models/comm/communicator.hpp"
+
+namespace bih {
+
+enum class CollectiveOp { all_reduce, reduce_scatter, all_gather };
+const char* to_string(CollectiveOp op);
+
+class Rendezvous {
+ public:
+  // What a rank brings to barrier 1: all ranks must agree on op and count.
+  struct Posted {
+    CollectiveOp op = CollectiveOp::all_reduce;
+    const bf16* in = nullptr;
+    size_t count = 0;
+  };
+
+  // name: how messages call the group ("emulated comm"). watchdog: longest a rank may wait at a
+  // barrier before the group aborts; zero waits forever. on_complete runs once per valid call,
+  // under the lock, when the last rank arrives at barrier 1 (no rank is between the barriers of
+  // an earlier call then: the place to resize a buffer the ranks share).
+  Rendezvous(int size, std::chrono::milliseconds watchdog, std::string name,
+             std::function<void(const Posted&)> on_complete = {});
+
+  // Barrier 1: post, record the arrival, wait for all. Returns the call's index.
+  uint64_t publish_and_wait(int rank, const Posted& posted);
+  // Barrier 2: wait until every rank is done with the inputs of call `call`.
+  void finish_and_wait(int rank, uint64_t call);
+
+  // The first reason wins; safe from any thread.
+  void abort(const std::string& why);
+  bool aborted() const;
+  void throw_if_aborted() const;  // CommAborted(the reason)
+
+  // Runs a rank's work between the barriers; if it throws, aborts the group first (so that peers
+  // waiting at barrier 2 wake instead of hanging), then rethrows.
+  template <class Work>
+  void run_or_abort(int rank, const char* what, Work&& work) {
+    try {
+      work();
+    } catch (const std::exception& e) {
+      abort("rank " + std::to_string(rank) + " failed inside " + what + ": " + e.what());
+      throw;
+    }
+  }
+
+  // A few random microseconds before arriving: threads otherwise tend to arrive in one fixed
+  // order, and `arrival` models a timing-dependent order.
+  static void sleep_before_arrival();
+
+  // Between the barriers of the current call (written at barrier 1; the barriers order the
+  // accesses): every rank's posted input, and arrival position -> rank.
+  const std::vector<const bf16*>& inputs() const { return inputs_; }
+  const std::vector<int>& arrival_order() const { return arrival_order_; }
+
+ private:
+  void arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int rank, uint64_t call,
+                              const char* phase);
+  std::string complete_publish_locked();
+  void abort_locked(const std::string& why);
+  std::string describe_call(const Posted& posted, uint64_t call) const;
+
+  const int size_;
+  const std::chrono::milliseconds watchdog_;
+  const std::string name_;
+  const std::function<void(const Posted&)> on_complete_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  uint64_t generation_ = 0;  // a barrier wait ends when this moves on (or the group aborts)
+  int arrived_count_ = 0;
+  std::vector<char> arrived_;  // [size]: who is already waiting at the current barrier
+  bool aborted_ = false;
+  std::string abort_reason_;
+
+  uint64_t next_call_ = 0;
+  uint64_t current_call_ = 0;
+  std::vector<Posted> posted_;       // [size]
+  std::vector<const bf16*> inputs_;  // [size]: posted_[r].in
+  std::vector<int> arrival_order_;   // [size]
+};
+
+}  // namespace bih
