@@ -1,7 +1,7 @@
 // bench_cuda_decode.cpp: the CUDA engine's decode step against the HBM floor, side by side.
 //
-// The floor of a decode step is the time to read every weight once: the model's device bytes
-// (qwen3-1.7b at TP=1: its layers plus the tied embedding that lm_head reads) divided by the
+// The floor of a decode step is the time to read every weight once: the model's weight bytes
+// (qwen3-1.7b at TP=1: its layers plus the tied embedding that lm_head reads, each once) over the
 // device-to-device copy bandwidth measured in the same run (a copy reads and writes, so bandwidth
 // = 2 * bytes / time). The step time is the engine's own: generate() over the same prompts with
 // max_tokens 8 and 8 + kDecodeSteps, and the difference divided by kDecodeSteps, so prefill,
@@ -20,7 +20,7 @@
 #include "harness/scenario.hpp"
 #include "models/cuda/check.hpp"
 #include "models/cuda/cuda_engine.hpp"
-#include "models/cuda/device_weights.hpp"
+#include "models/weights.hpp"
 
 namespace {
 
@@ -76,7 +76,11 @@ void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode)
   spec.min_len = 16;
   spec.max_len = 16;
   const auto prompts = bih::make_prompts(spec, bundle.config.vocab_size, "bench");
-  const auto model_bytes = bih::cuda::DeviceModel::synthetic(bundle.config, 0, 1, {0}, 0).bytes();
+  // Every weight once (a tied lm_head is the embedding): what one TP=1 decode step reads.
+  uint64_t model_bytes = 0;
+  for (const bih::TensorSpec& t : bih::tensor_specs(bundle.config)) {
+    model_bytes += t.element_count() * sizeof(bih::bf16);
+  }
   const double floor_s = static_cast<double>(model_bytes) / copy_bandwidth();
 
   auto timed = [&](int max_tokens) {
