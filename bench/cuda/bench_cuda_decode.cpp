@@ -6,7 +6,10 @@
 // = 2 * bytes / time). The step time is the engine's own: generate() over the same prompts with
 // max_tokens 8 and 8 + kDecodeSteps, and the difference divided by kDecodeSteps, so prefill,
 // warm-up and graph capture cancel out. Counters: step_ms, floor_ms, x_floor (step / floor).
-// Benchmarks: bs 1 and 64, graph modes none and full (the target: bs=1 `full` within 1.3x).
+// Benchmarks: bs 1 and 64, graph modes none and full (the target: bs=1 `full` within 1.3x), and
+// beside them the peer: the vendor kernels (cuBLAS's heuristics, split-count decode attention) in
+// the same engine with `full` graphs, so the cost of invariance and the cost of the engine show
+// apart.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -57,7 +60,8 @@ double copy_bandwidth() {
   return bandwidth;
 }
 
-void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode) {
+void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode,
+                   bih::KernelFamily family) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
     state.SkipWithError("no CUDA GPU visible");
@@ -70,6 +74,7 @@ void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode)
   s.backend = bih::Backend::cuda;
   s.tp = 1;
   s.graph_mode = mode;
+  s.kernels = family;
   bih::EngineBundle bundle = bih::make_engine(s);
   bih::PromptSpec spec;
   spec.count = batch_size;
@@ -104,13 +109,20 @@ void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode)
 }
 
 void register_decode_benchmarks() {
+  struct Variant {
+    bih::GraphMode mode;
+    bih::KernelFamily family;
+  };
+  const Variant variants[] = {{bih::GraphMode::none, bih::KernelFamily::invariant},
+                              {bih::GraphMode::full, bih::KernelFamily::invariant},
+                              {bih::GraphMode::full, bih::KernelFamily::vendor}};
   for (int bs : {1, 64}) {
-    for (bih::GraphMode mode : {bih::GraphMode::none, bih::GraphMode::full}) {
+    for (const Variant& v : variants) {
       benchmark::RegisterBenchmark(
           ("BM_DecodeStep/qwen3-1.7b/tp:1/bs:" + std::to_string(bs) +
-           "/graph:" + bih::to_string(mode))
+           "/graph:" + bih::to_string(v.mode) + "/kernels:" + bih::to_string(v.family))
               .c_str(),
-          [bs, mode](benchmark::State& state) { BM_DecodeStep(state, bs, mode); })
+          [bs, v](benchmark::State& state) { BM_DecodeStep(state, bs, v.mode, v.family); })
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->Iterations(3);

@@ -13,8 +13,12 @@
 // gate_up, down) + lm_head, from the measured times (lm_head at the same M, as in a prefill that
 // samples every row; a decode step at batch size M is exactly that).
 //
+// Skinny/<shape>/M=...: the own skinny tensor-core kernel (gemm_skinny.hpp) launched directly,
+// whether or not it serves a band, against the vendor family at the same M: its time, the weight
+// bytes it reads per second (weight_TBps) and speedup = vendor time / skinny time.
+//
 // Flags: --pin_m=N (the reference's heuristic M), --companions=0 (the reference for every M, as
-// before companions), --ms=1,64,512,4096 (the Ms measured).
+// before companions), --skinny=0 (no skinny companion), --ms=1,64,512,4096 (the Ms measured).
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -32,6 +36,7 @@
 #include "models/cuda/check.hpp"
 #include "models/cuda/device_info.hpp"
 #include "models/cuda/gemm.hpp"
+#include "models/cuda/gemm_skinny.hpp"
 
 namespace {
 
@@ -97,6 +102,62 @@ double time_family(KernelFamily family, const std::vector<std::unique_ptr<Device
   return ms * 1e-3 / reps;
 }
 
+// Average seconds per launch of the own skinny kernel, rotating over the buffer sets.
+double time_skinny(const std::vector<std::unique_ptr<DeviceBf16>>& xs,
+                   const std::vector<std::unique_ptr<DeviceBf16>>& ws, bf16* y, int M,
+                   const Shape& s, int reps, cudaEvent_t start, cudaEvent_t stop) {
+  cudaCheck(cudaEventRecord(start, nullptr));
+  for (int i = 0; i < reps; ++i) {
+    const size_t set = static_cast<size_t>(i) % ws.size();
+    bih::cuda::launch_skinny_gemm(xs[set]->p, ws[set]->p, y, M, s.N, s.K, nullptr);
+  }
+  cudaCheck(cudaEventRecord(stop, nullptr));
+  cudaCheck(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  cudaCheck(cudaEventElapsedTime(&ms, start, stop));
+  return ms * 1e-3 / reps;
+}
+
+void bench_skinny(benchmark::State& state, Shape s, int M) {
+  const size_t x_elems = static_cast<size_t>(M) * s.K;    // [M, K]
+  const size_t w_elems = static_cast<size_t>(s.N) * s.K;  // [N, K]
+  const size_t set_bytes = (x_elems + w_elems) * sizeof(bf16);
+  const size_t sets = std::clamp<size_t>((2 * l2_bytes() + set_bytes - 1) / set_bytes, 1, 8);
+  std::vector<std::unique_ptr<DeviceBf16>> xs;
+  std::vector<std::unique_ptr<DeviceBf16>> ws;
+  for (size_t i = 0; i < sets; ++i) {
+    xs.push_back(std::make_unique<DeviceBf16>(x_elems));
+    ws.push_back(std::make_unique<DeviceBf16>(w_elems));
+  }
+  DeviceBf16 y(static_cast<size_t>(M) * s.N);  // [M, N]
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  cudaCheck(cudaEventCreate(&start));
+  cudaCheck(cudaEventCreate(&stop));
+  const int probe = static_cast<int>(sets);
+  time_skinny(xs, ws, y.p, M, s, probe, start, stop);
+  time_family(KernelFamily::vendor, xs, ws, y.p, M, s, probe, start, stop);
+  const int reps = 200;
+  double skinny_seconds = 0.0;
+  double vendor_seconds = 0.0;
+  for (auto _ : state) {
+    const double own = time_skinny(xs, ws, y.p, M, s, reps, start, stop);
+    const double ven = time_family(KernelFamily::vendor, xs, ws, y.p, M, s, reps, start, stop);
+    skinny_seconds += own;
+    vendor_seconds += ven;
+    state.SetIterationTime(own);
+  }
+  cudaCheck(cudaEventDestroy(start));
+  cudaCheck(cudaEventDestroy(stop));
+  const double iterations = static_cast<double>(state.iterations());
+  state.counters["skinny_us"] = skinny_seconds / iterations * 1e6;
+  state.counters["vendor_us"] = vendor_seconds / iterations * 1e6;
+  state.counters["speedup"] = vendor_seconds / skinny_seconds;
+  state.counters["weight_TBps"] =
+      static_cast<double>(w_elems * sizeof(bf16)) / (skinny_seconds / iterations) * 1e-12;
+  state.SetLabel(s.name);
+}
+
 void bench_shape(benchmark::State& state, Shape s, int M) {
   const size_t x_elems = static_cast<size_t>(M) * s.K;    // [M, K]
   const size_t w_elems = static_cast<size_t>(s.N) * s.K;  // [N, K]
@@ -147,8 +208,10 @@ void bench_shape(benchmark::State& state, Shape s, int M) {
   state.counters["buffer_sets"] = static_cast<double>(sets);
   const bih::cuda::GemmAlgoConfig config = shared_gemm().invariant_config(s.N, s.K);
   const bool companion = &config.serving(M) != &config;
-  state.SetLabel(std::string(s.name) + (companion ? " companion tile " : " reference tile ") +
-                 std::to_string(config.serving(M).tile_id));
+  state.SetLabel(std::string(s.name) +
+                 (config.serving(M).skinny ? std::string(" companion own skinny kernel")
+                                           : (companion ? " companion tile " : " reference tile ") +
+                                                 std::to_string(config.serving(M).tile_id)));
 }
 
 }  // namespace
@@ -161,15 +224,18 @@ int main(int argc, char** argv) {
       g_options.pin_m = std::stoi(arg.substr(8));
     } else if (arg.rfind("--companions=", 0) == 0) {
       g_options.companions = std::stoi(arg.substr(13)) != 0;
+    } else if (arg.rfind("--skinny=", 0) == 0) {
+      g_options.skinny_companion = std::stoi(arg.substr(9)) != 0;
     } else if (arg.rfind("--ms=", 0) == 0) {
       g_ms.clear();
       std::istringstream list(arg.substr(5));
       for (std::string m; std::getline(list, m, ',');) g_ms.push_back(std::stoi(m));
     } else {
-      std::fprintf(stderr,
-                   "bih_cuda_bench: unknown argument %s (valid: --pin_m=N, --companions=0|1, "
-                   "--ms=M,M,...)\n",
-                   argv[i]);
+      std::fprintf(
+          stderr,
+          "bih_cuda_bench: unknown argument %s (valid: --pin_m=N, --companions=0|1, --skinny=0|1, "
+          "--ms=M,M,...)\n",
+          argv[i]);
       return 2;
     }
   }
@@ -187,9 +253,14 @@ int main(int argc, char** argv) {
     }
     for (int m : g_ms) {
       const bih::cuda::GemmAlgoConfig& serving = config.serving(m);
-      std::fprintf(stderr, "[invariant] %-8s M=%-5d %s: tile %u stages %u cluster %u\n",
-                   s.name.c_str(), m, &serving == &config ? "reference" : "companion",
-                   serving.tile_id, serving.stages_id, serving.cluster_shape_id);
+      if (serving.skinny) {
+        std::fprintf(stderr, "[invariant] %-8s M=%-5d companion: own skinny kernel\n",
+                     s.name.c_str(), m);
+      } else {
+        std::fprintf(stderr, "[invariant] %-8s M=%-5d %s: tile %u stages %u cluster %u\n",
+                     s.name.c_str(), m, &serving == &config ? "reference" : "companion",
+                     serving.tile_id, serving.stages_id, serving.cluster_shape_id);
+      }
       std::fprintf(stderr, "[vendor]    %-8s M=%-5d %s\n", s.name.c_str(), m,
                    shared_gemm().vendor_config(m, s.N, s.K).describe().c_str());
     }
@@ -200,6 +271,15 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(name.c_str(), bench_shape, s, m)
           ->UseManualTime()
           ->Iterations(20)
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (const Shape& s : kShapes) {
+    for (int m : {1, 8, 16, 32}) {
+      const std::string name = std::string("Skinny/") + s.name + "/M=" + std::to_string(m);
+      benchmark::RegisterBenchmark(name.c_str(), bench_skinny, s, m)
+          ->UseManualTime()
+          ->Iterations(5)
           ->Unit(benchmark::kMicrosecond);
     }
   }

@@ -7,6 +7,7 @@
 #include <bit>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <map>
@@ -83,6 +84,63 @@ class RankBarrier {
   bool broken_ = false;
 };
 
+// Host memory the GPU copies to and from asynchronously (pageable memory would stage every small
+// copy through a driver buffer, synchronously); grows like DeviceArray.
+template <class T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  ~PinnedArray() {
+    if (data_ != nullptr) cudaFreeHost(data_);
+  }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+
+  void reserve(size_t count) {
+    if (count <= capacity_) return;
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+    cudaCheck(
+        cudaMallocHost(reinterpret_cast<void**>(&data_), std::max<size_t>(count, 1) * sizeof(T)));
+    capacity_ = count;
+  }
+  T* get() const { return data_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// A step input's place in the one buffer every step's inputs travel in.
+template <class T>
+struct InputSlice {
+  T* p = nullptr;
+  T* get() const { return p; }
+};
+
+// Where each input of a step with M rows (padded) and Ms sampling rows sits in that buffer, in
+// bytes: a function of (M, Ms) only, so a graph captured for M finds its inputs at the same
+// addresses on every replay. The sampling rows come last (read eagerly, outside graphs).
+struct InputOffsets {
+  size_t tokens = 0, positions = 0, context_lens = 0, slots = 0, decode = 0, block_tables = 0,
+         logit_rows = 0, end = 0;
+};
+
+InputOffsets input_offsets(size_t M, size_t stride, size_t Ms) {
+  auto next = [](size_t at) { return (at + 15) / 16 * 16; };
+  InputOffsets o;
+  o.tokens = 0;
+  o.positions = next(o.tokens + M * sizeof(int32_t));
+  o.context_lens = next(o.positions + M * sizeof(int32_t));
+  o.slots = next(o.context_lens + M * sizeof(int32_t));
+  o.decode = next(o.slots + M * sizeof(int64_t));
+  o.block_tables = next(o.decode + M * sizeof(uint8_t));
+  o.logit_rows = next(o.block_tables + M * stride * sizeof(int32_t));
+  o.end = next(o.logit_rows + Ms * sizeof(int32_t));
+  return o;
+}
+
 std::vector<uint32_t> download_bits(const bf16* device_row, int cols, cudaStream_t stream) {
   std::vector<bf16> host(cols);
   cudaCheck(cudaMemcpyAsync(host.data(), device_row, cols * sizeof(bf16), cudaMemcpyDeviceToHost,
@@ -116,10 +174,11 @@ struct CudaForward::Impl {
     std::vector<KvPool> pools;       // per layer
     // Activations, [capacity rows, cols].
     DeviceArray<bf16> residual, h_local, h_full, partial, reduced, qkv, q, k, v, attn, gate_up, act;
-    // Step inputs.
-    DeviceArray<int32_t> tokens, positions, block_tables, context_lens, logit_rows;
-    DeviceArray<int64_t> slots;
-    DeviceArray<uint8_t> decode;
+    // Step inputs: one upload per step into `inputs`, laid out by input_offsets.
+    DeviceArray<uint8_t> inputs;
+    InputSlice<int32_t> tokens, positions, block_tables, context_lens, logit_rows;
+    InputSlice<int64_t> slots;
+    InputSlice<uint8_t> decode;
     // Logits and sampling.
     DeviceArray<bf16> selected, logits_local, gathered, logits;
     DeviceArray<int32_t> sampled;
@@ -145,10 +204,15 @@ struct CudaForward::Impl {
   OpProfiler profiler;          // rank index 0's eager steps, when BIH_CUDA_PROFILE is set
   bool profiling_step = false;  // this step runs eagerly and is profiled
 
-  // Per-step host copies of the inputs (identical for every rank).
+  // Per-step host copies of the inputs (identical for every rank), and the pinned staging buffer
+  // every rank uploads from (input_offsets layout); the sampled tokens and logprobs come back to
+  // pinned memory too.
   std::vector<int32_t> host_block_tables, host_context_lens;
   std::vector<uint8_t> host_decode;
-  std::vector<int32_t> host_logit_rows;
+  InputOffsets staged;
+  PinnedArray<uint8_t> staging;
+  PinnedArray<int32_t> host_sampled;
+  PinnedArray<float> host_logprobs;
 
   void drop_graphs() {
     for (auto& [key, entry] : graphs) {
@@ -157,7 +221,8 @@ struct CudaForward::Impl {
     graphs.clear();
   }
   void reserve(const StepBatch& step);
-  void upload_inputs(Rank& r, const StepBatch& step);
+  void stage_inputs(const StepBatch& step);  // into `staging`; sets `staged`
+  void upload_inputs(Rank& r);
   void run_rank(int index, StepBatch& step, const std::vector<GraphKey>& keys,
                 const std::vector<GraphAction>& actions, RankBarrier& barrier);
   void run_piece(int index, GraphAction action, const GraphKey& key, RankBarrier& barrier,
@@ -278,20 +343,15 @@ void CudaForward::Impl::reserve(const StepBatch& step) {
       r->v.reserve(R * kv_cols);
       r->gate_up.reserve(R * 2 * I);
       r->act.reserve(R * I);
-      r->tokens.reserve(R);
-      r->positions.reserve(R);
-      r->slots.reserve(R);
-      r->block_tables.reserve(R * stride);
-      r->context_lens.reserve(R);
-      r->decode.reserve(R);
     }
     moved = true;
   }
   if (logit_rows > logit_capacity) {
     logit_capacity = std::max(logit_rows, 2 * logit_capacity);
     const size_t L = logit_capacity;
+    host_sampled.reserve(L);
+    host_logprobs.reserve(L);
     for (auto& r : ranks) {
-      r->logit_rows.reserve(L);
       r->selected.reserve(L * c.hidden_size);
       r->logits_local.reserve(L * r->w->vocab_local);
       r->gathered.reserve(L * static_cast<size_t>(c.vocab_size));
@@ -300,22 +360,39 @@ void CudaForward::Impl::reserve(const StepBatch& step) {
       r->logprobs.reserve(L);
     }
   }
+  const size_t input_bytes = input_offsets(row_capacity, stride, logit_capacity).end;
+  staging.reserve(input_bytes);
+  for (auto& r : ranks) moved = r->inputs.reserve(input_bytes) || moved;
   if (moved) drop_graphs();
 }
 
-void CudaForward::Impl::upload_inputs(Rank& r, const StepBatch& step) {
-  const cudaStream_t s = r.local.stream;
+void CudaForward::Impl::stage_inputs(const StepBatch& step) {
   const size_t M = step.rows_padded;
-  auto up = [&](void* dst, const void* src, size_t bytes) {
-    if (bytes > 0) cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+  staged = input_offsets(M, max_blocks_per_sequence(options), step.logit_rows.size());
+  uint8_t* base = staging.get();
+  auto put = [&](size_t offset, const void* src, size_t bytes) {
+    if (bytes > 0) std::memcpy(base + offset, src, bytes);
   };
-  up(r.tokens.get(), step.tokens.data(), M * sizeof(int32_t));
-  up(r.positions.get(), step.positions.data(), M * sizeof(int32_t));
-  up(r.slots.get(), step.slots.data(), M * sizeof(int64_t));
-  up(r.block_tables.get(), host_block_tables.data(), host_block_tables.size() * sizeof(int32_t));
-  up(r.context_lens.get(), host_context_lens.data(), M * sizeof(int32_t));
-  up(r.decode.get(), host_decode.data(), M);
-  up(r.logit_rows.get(), host_logit_rows.data(), host_logit_rows.size() * sizeof(int32_t));
+  put(staged.tokens, step.tokens.data(), M * sizeof(int32_t));
+  put(staged.positions, step.positions.data(), M * sizeof(int32_t));
+  put(staged.context_lens, host_context_lens.data(), M * sizeof(int32_t));
+  put(staged.slots, step.slots.data(), M * sizeof(int64_t));
+  put(staged.decode, host_decode.data(), M);
+  put(staged.block_tables, host_block_tables.data(), host_block_tables.size() * sizeof(int32_t));
+  put(staged.logit_rows, step.logit_rows.data(), step.logit_rows.size() * sizeof(int32_t));
+}
+
+void CudaForward::Impl::upload_inputs(Rank& r) {
+  cudaCheck(cudaMemcpyAsync(r.inputs.get(), staging.get(), staged.end, cudaMemcpyHostToDevice,
+                            r.local.stream));
+  uint8_t* base = r.inputs.get();
+  r.tokens.p = reinterpret_cast<int32_t*>(base + staged.tokens);
+  r.positions.p = reinterpret_cast<int32_t*>(base + staged.positions);
+  r.context_lens.p = reinterpret_cast<int32_t*>(base + staged.context_lens);
+  r.slots.p = reinterpret_cast<int64_t*>(base + staged.slots);
+  r.decode.p = base + staged.decode;
+  r.block_tables.p = reinterpret_cast<int32_t*>(base + staged.block_tables);
+  r.logit_rows.p = reinterpret_cast<int32_t*>(base + staged.logit_rows);
 }
 
 std::string CudaForward::Impl::gemm_detail(Rank& r, int M, int N, int K) const {
@@ -535,35 +612,40 @@ void CudaForward::Impl::logits_and_sample(int index, StepBatch& step) {
         -1, "lm_head", r.local.rank, step.trace_positions.back(), gemm_detail(r, Ms, Vl, H),
         download_bits(r.logits_local.get() + static_cast<size_t>(traced) * Vl, Vl, s)});
   }
-  mark(r, step, "logits all_gather");
-  r.local.comm->all_gather(r.logits_local.get(), r.gathered.get(), static_cast<size_t>(Ms) * Vl);
-  wait_for(r);  // every collective of the step has completed (or the watchdog fired)
-  if (index != 0) return;
-  mark(r, step, "logits assemble");
-  // [tp, Ms, Vl] -> [Ms, V]: rank q's slice is columns [q*Vl, (q+1)*Vl) of every row.
-  for (int q = 0; q < tp; ++q) {
-    cudaCheck(cudaMemcpy2DAsync(r.logits.get() + static_cast<size_t>(q) * Vl, V * sizeof(bf16),
-                                r.gathered.get() + static_cast<size_t>(q) * Ms * Vl,
-                                Vl * sizeof(bf16), Vl * sizeof(bf16), Ms, cudaMemcpyDeviceToDevice,
-                                s));
+  // One rank holds the whole vocabulary: its logits are the step's, with nothing to gather.
+  const bool whole_vocabulary = tp == 1 && Vl == V;
+  const bf16* logits = whole_vocabulary ? r.logits_local.get() : r.logits.get();  // [Ms, V]
+  if (!whole_vocabulary) {
+    mark(r, step, "logits all_gather");
+    r.local.comm->all_gather(r.logits_local.get(), r.gathered.get(), static_cast<size_t>(Ms) * Vl);
+    wait_for(r);  // every collective of the step has completed (or the watchdog fired)
+    if (index != 0) return;
+    mark(r, step, "logits assemble");
+    // [tp, Ms, Vl] -> [Ms, V]: rank q's slice is columns [q*Vl, (q+1)*Vl) of every row.
+    for (int q = 0; q < tp; ++q) {
+      cudaCheck(cudaMemcpy2DAsync(r.logits.get() + static_cast<size_t>(q) * Vl, V * sizeof(bf16),
+                                  r.gathered.get() + static_cast<size_t>(q) * Ms * Vl,
+                                  Vl * sizeof(bf16), Vl * sizeof(bf16), Ms,
+                                  cudaMemcpyDeviceToDevice, s));
+    }
   }
   if (!step.sample) {
     step.logits.resize(static_cast<size_t>(Ms) * V);
-    cudaCheck(cudaMemcpyAsync(step.logits.data(), r.logits.get(), step.logits.size() * sizeof(bf16),
+    cudaCheck(cudaMemcpyAsync(step.logits.data(), logits, step.logits.size() * sizeof(bf16),
                               cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     return;
   }
   mark(r, step, "greedy_sample");
-  greedy_sample(r.logits.get(), Ms, V, r.sampled.get(), r.logprobs.get(), s);
+  greedy_sample(logits, Ms, V, r.sampled.get(), r.logprobs.get(), s);
   mark(r, step, "sample download");
-  step.sampled.resize(Ms);
-  step.sampled_logprob.resize(Ms);
-  cudaCheck(cudaMemcpyAsync(step.sampled.data(), r.sampled.get(), Ms * sizeof(int32_t),
+  cudaCheck(cudaMemcpyAsync(host_sampled.get(), r.sampled.get(), Ms * sizeof(int32_t),
                             cudaMemcpyDeviceToHost, s));
-  cudaCheck(cudaMemcpyAsync(step.sampled_logprob.data(), r.logprobs.get(), Ms * sizeof(float),
+  cudaCheck(cudaMemcpyAsync(host_logprobs.get(), r.logprobs.get(), Ms * sizeof(float),
                             cudaMemcpyDeviceToHost, s));
   cudaCheck(cudaStreamSynchronize(s));
+  step.sampled.assign(host_sampled.get(), host_sampled.get() + Ms);
+  step.sampled_logprob.assign(host_logprobs.get(), host_logprobs.get() + Ms);
   if (traced < Ms) trace_sampled_token(step, traced, V);
 }
 
@@ -629,7 +711,7 @@ void CudaForward::Impl::run_rank(int index, StepBatch& step, const std::vector<G
                                  const std::vector<GraphAction>& actions, RankBarrier& barrier) {
   Rank& r = *ranks[index];
   cudaCheck(cudaSetDevice(device));
-  upload_inputs(r, step);
+  upload_inputs(r);
   const int L = model->config().num_layers;
   if (options.graph_mode == GraphMode::full) {
     run_piece(index, actions[0], keys[0], barrier, [&] {
@@ -670,7 +752,7 @@ void CudaForward::run(StepBatch& step) {
     m.host_context_lens[row] = q.context_len;
     m.host_decode[row] = q.decode ? 1 : 0;
   }
-  m.host_logit_rows.assign(step.logit_rows.begin(), step.logit_rows.end());
+  m.stage_inputs(step);
 
   // Which pieces run as graphs, decided once for all ranks.
   const bool graphs =

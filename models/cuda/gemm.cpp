@@ -28,6 +28,7 @@
 
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_equivalence.hpp"
+#include "models/cuda/gemm_skinny.hpp"
 #include "models/cuda/gemm_tiled.hpp"
 
 namespace bih::cuda {
@@ -136,6 +137,7 @@ void set_preference(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAtt
 
 // The fields that make two configurations the same kernel: not workspace, M or provenance.
 std::string identity(const GemmAlgoConfig& c) {
+  if (c.skinny) return "skinny";
   std::ostringstream s;
   s << c.algo_id << '/' << c.tile_id << '/' << c.stages_id << '/' << c.splitk_num << '/'
     << c.reduction_scheme << '/' << c.cta_swizzling << '/' << c.custom_option << '/'
@@ -152,6 +154,11 @@ std::string range_text(int first, int last) {
 // One configuration, without companions: the own kernel's reason, or the cuBLASLt fields.
 std::string describe_single(const GemmAlgoConfig& c) {
   std::ostringstream s;
+  if (c.skinny) {
+    s << "own skinny kernel (mma.sync m16n8k16, one k16 chain per element)";
+    if (c.validated_max_m > 0) s << " valid M=" << c.validated_min_m << ".." << c.validated_max_m;
+    return s.str();
+  }
   if (!c.cublaslt) {
     s << "own tiled kernel (" << c.reason << ")";
     return s.str();
@@ -291,6 +298,33 @@ class EquivalenceCheck {
   // an outcome (a failure), not an error.
   Outcome compare(const cublasLtMatmulAlgo_t& reference, const cublasLtMatmulAlgo_t& candidate,
                   const std::vector<int>& ms) {
+    return compare_with(
+        reference,
+        [&](bf16* y, int M) -> std::string {
+          const cublasStatus_t status = run(candidate, y, M);
+          if (status == CUBLAS_STATUS_SUCCESS) return "";
+          cudaGetLastError();  // a launch error cuBLASLt may have left; a sticky one stays
+          return std::string("cublasLtMatmul failed: ") + cublasLtGetStatusName(status);
+        },
+        ms);
+  }
+
+  // The own skinny kernel as the candidate.
+  Outcome compare_skinny(const cublasLtMatmulAlgo_t& reference, const std::vector<int>& ms) {
+    return compare_with(
+        reference,
+        [&](bf16* y, int M) -> std::string {
+          launch_skinny_gemm(x_.as<bf16>(), w_.as<bf16>(), y, M, N_, K_, stream_.get());
+          return "";
+        },
+        ms);
+  }
+
+  // run_candidate(y, M) enqueues the candidate on the check's stream; it returns why it could
+  // not, or "".
+  template <class RunCandidate>
+  Outcome compare_with(const cublasLtMatmulAlgo_t& reference, RunCandidate&& run_candidate,
+                       const std::vector<int>& ms) {
     Outcome outcome;
     const cudaStream_t s = stream_.get();
     const size_t n = ms.size();
@@ -313,11 +347,9 @@ class EquivalenceCheck {
         cudaCheck(cudaMemsetAsync(y_reference_.as<void>(), 0x00, bytes, s));
         cudaCheck(cudaMemsetAsync(y_candidate_.as<void>(), 0xFF, bytes, s));
         cublasCheck(run(reference, y_reference_.as<bf16>(), M));
-        const cublasStatus_t status = run(candidate, y_candidate_.as<bf16>(), M);
-        if (status != CUBLAS_STATUS_SUCCESS) {
-          cudaGetLastError();  // a launch error cuBLASLt may have left; a sticky one stays
-          outcome.failure = "cublasLtMatmul failed at M=" + std::to_string(M) + ": " +
-                            cublasLtGetStatusName(status);
+        const std::string failure = run_candidate(y_candidate_.as<bf16>(), M);
+        if (!failure.empty()) {
+          outcome.failure = failure + " at M=" + std::to_string(M);
           return outcome;
         }
         launch_count_bit_differences(y_reference_.as<bf16>(), y_candidate_.as<bf16>(),
@@ -394,11 +426,28 @@ const GemmAlgoConfig& GemmAlgoConfig::serving(int M) const {
   return *this;
 }
 
+namespace {
+
+// An equivalence check's outcome for a candidate that was not equal, in words.
+std::string how_it_differed(const EquivalenceCheck::Outcome& outcome, int N) {
+  if (!outcome.failure.empty()) return outcome.failure;
+  const uint64_t row = outcome.first_index / static_cast<uint64_t>(N);
+  const uint64_t col = outcome.first_index % static_cast<uint64_t>(N);
+  return "differs at M=" + std::to_string(outcome.differing_m) + ": " +
+         std::to_string(outcome.differing_elements) + " of " +
+         std::to_string(static_cast<uint64_t>(outcome.differing_m) * N) + " elements, first row " +
+         std::to_string(row) + " col " + std::to_string(col) + "; equal on " +
+         std::to_string(outcome.equal_ms.size()) + " Ms before";
+}
+
+}  // namespace
+
 struct CudaGemm::Impl {
   // An algorithm serving first_m..last_m in place of the reference.
   struct Companion {
     int first_m = 0;
     int last_m = 0;
+    bool skinny = false;  // the own skinny kernel; otherwise `algo`
     cublasLtMatmulAlgo_t algo{};
   };
   struct Pinned {
@@ -407,11 +456,12 @@ struct CudaGemm::Impl {
     std::vector<Companion> companions;  // sorted, disjoint, inside 1..config.validated_max_m
     std::map<int, bool> beyond_max_m;   // AlgoCheck results for M > validated_max_m
 
-    const cublasLtMatmulAlgo_t& algo_at(int M) const {
+    // The companion serving M, or null where the reference does.
+    const Companion* companion_at(int M) const {
       for (const Companion& c : companions) {
-        if (M >= c.first_m && M <= c.last_m) return c.algo;
+        if (M >= c.first_m && M <= c.last_m) return &c;
       }
-      return algo;
+      return nullptr;
     }
   };
   struct VendorChoice {
@@ -647,6 +697,35 @@ struct CudaGemm::Impl {
     Rejections rejections;
     std::string differed;  // " [candidate: how it differed]" for each one compared
     int compared = 0;
+    if (options.skinny_companion && skinny_gemm_supports(band.last_m, N, K) &&
+        differs.count("skinny") == 0) {
+      const EquivalenceCheck::Outcome outcome = check.compare_skinny(p.algo, ms);
+      if (outcome.equal_at_all(ms.size())) {
+        GemmCompanion companion;
+        companion.first_m = band.first_m;
+        companion.last_m = band.last_m;
+        companion.config.skinny = true;
+        companion.config.min_alignment_bytes = 4;
+        companion.config.chosen_at_m = band.heuristic_m;
+        companion.config.validated_min_m = band.first_m;
+        companion.config.validated_max_m = band.last_m;
+        companion.tested_ms = outcome.equal_ms;
+        if (log) {
+          std::fprintf(stderr, "bih gemm N=%d K=%d %s: companion own skinny kernel\n", N, K,
+                       range_text(band.first_m, band.last_m).c_str());
+        }
+        p.config.companions.push_back(std::move(companion));
+        Companion serving;
+        serving.first_m = band.first_m;
+        serving.last_m = band.last_m;
+        serving.skinny = true;
+        p.companions.push_back(serving);
+        return "companion own skinny kernel (bitwise = reference on " + std::to_string(ms.size()) +
+               " Ms)";
+      }
+      differs.insert("skinny");
+      differed += " [own skinny kernel: " + how_it_differed(outcome, N) + "]";
+    }
     for (const bool reduction_none_only : {true, false}) {
       for (const cublasLtMatmulAlgo_t& offered :
            heuristic_candidates(band.heuristic_m, N, K, reduction_none_only)) {
@@ -677,21 +756,12 @@ struct CudaGemm::Impl {
                          describe_single(candidate->config).c_str(), ms.size());
           }
           p.config.companions.push_back(std::move(companion));
-          p.companions.push_back(Companion{band.first_m, band.last_m, candidate->algo});
+          p.companions.push_back(Companion{band.first_m, band.last_m, false, candidate->algo});
           return "companion tile " + std::to_string(candidate->config.tile_id) +
                  " (bitwise = reference on " + std::to_string(ms.size()) + " Ms)" + differed;
         }
         differs.insert(key);
-        std::string how = outcome.failure;
-        if (how.empty()) {
-          const uint64_t row = outcome.first_index / static_cast<uint64_t>(N);
-          const uint64_t col = outcome.first_index % static_cast<uint64_t>(N);
-          how = "differs at M=" + std::to_string(outcome.differing_m) + ": " +
-                std::to_string(outcome.differing_elements) + " of " +
-                std::to_string(static_cast<uint64_t>(outcome.differing_m) * N) +
-                " elements, first row " + std::to_string(row) + " col " + std::to_string(col) +
-                "; equal on " + std::to_string(outcome.equal_ms.size()) + " Ms before";
-        }
+        const std::string how = how_it_differed(outcome, N);
         if (log) {
           std::fprintf(stderr, "bih gemm N=%d K=%d %s: candidate %s %s\n", N, K,
                        range_text(band.first_m, band.last_m).c_str(),
@@ -909,8 +979,13 @@ void CudaGemm::gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, 
   }
   // Always offered: the algorithm's tile scheduler may want its counter at this M. Companions
   // serve only Ms inside 1..validated_max_m, so beyond it this is the reference.
-  impl_->run_cublaslt(p.algo_at(M), x, w, y, M, N, K, impl_->scheduler_workspace,
-                      impl_->options.scheduler_workspace_bytes, stream);
+  const Impl::Companion* companion = p.companion_at(M);
+  if (companion != nullptr && companion->skinny) {
+    launch_skinny_gemm(x, w, y, M, N, K, stream);
+    return;
+  }
+  impl_->run_cublaslt(companion != nullptr ? companion->algo : p.algo, x, w, y, M, N, K,
+                      impl_->scheduler_workspace, impl_->options.scheduler_workspace_bytes, stream);
 }
 
 GemmAlgoConfig CudaGemm::invariant_config(int N, int K) {

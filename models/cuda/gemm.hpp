@@ -11,7 +11,9 @@
 // workspace, like cuBLAS's defaults: split-K and the tile can change with M.
 //
 // Companions: the reference is chosen for prefill sizes and is slow at small M (a 128x64 tile at
-// M=1 reads the weight with too few CTAs). An element's bits depend only on the order in which its
+// M=1 reads the weight with too few CTAs). The first candidate for a small-M band is the own
+// skinny tensor-core kernel (gemm_skinny.hpp: a sequential k16 mma chain per element), then the
+// cuBLASLt heuristic's. An element's bits depend only on the order in which its
 // K products are accumulated, and Hopper kernels with split-K 1 and no reduction plausibly share
 // that order (the same k-steps in K order into one fp32 accumulator) whatever their tile. So for
 // each band of M (CudaGemmOptions::companion_bands) the heuristic, asked at the band's M, may
@@ -54,8 +56,9 @@ struct GemmCompanion;
 // What a family runs for one shape: the cuBLASLt configuration, or the own kernel and why. For the
 // invariant family this is the reference, with the companions that serve some ranges of M.
 struct GemmAlgoConfig {
-  bool cublaslt = false;  // false: the own tiled kernel (models/cuda/gemm_tiled.cu)
-  std::string reason;     // why the own kernel, when it is used
+  bool cublaslt = false;  // false: an own kernel, tiled (gemm_tiled.cu) or skinny
+  bool skinny = false;  // the own tensor-core kernel for small M (gemm_skinny.cu); companions only
+  std::string reason;   // why the own tiled kernel, when it is used
   int algo_id = -1;
   uint32_t tile_id = 0;
   uint32_t stages_id = 0;
@@ -130,6 +133,10 @@ struct CudaGemmOptions {
       {1, 8, 1}, {9, 32, 16}, {33, 128, 64}, {2048, GemmBand::kUpToMaxM, GemmBand::kUpToMaxM}};
   // Candidates per band whose bits are compared with the reference before the band gives up.
   int companion_tries = 3;
+  // Offer the own skinny tensor-core kernel (gemm_skinny.hpp) first to every band it can serve
+  // (M <= kSkinnyMaxM): it serves the band only if bitwise equal to the reference, like any
+  // companion. At M=1 it reads the weights at up to twice cuBLASLt's bandwidth.
+  bool skinny_companion = true;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;
 };

@@ -22,6 +22,7 @@
 #include "models/config.hpp"
 #include "models/cuda/gemm.hpp"
 #include "models/cuda/gemm_equivalence.hpp"
+#include "models/cuda/gemm_skinny.hpp"
 #include "tests/gpu/cuda_graph_util.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
@@ -171,6 +172,7 @@ TEST(CudaGemm, PinnedConfigurationHasNoSplitKNoReductionNoPartialSumWorkspace) {
     std::vector<GemmAlgoConfig> configs = {c};
     for (const GemmCompanion& companion : c.companions) configs.push_back(companion.config);
     for (const GemmAlgoConfig& k : configs) {
+      if (k.skinny) continue;  // the own skinny kernel: one k16 chain per element, no split
       EXPECT_TRUE(k.cublaslt) << s.name;
       EXPECT_EQ(k.splitk_num, 1) << s.name;
       EXPECT_EQ(k.reduction_scheme, 0u) << s.name;
@@ -308,6 +310,63 @@ TEST(CudaGemm, OwnKernelRowsEqualTheirSingleRowProductBitwiseAtEveryM) {
         compare_rows_with_single_row(gemm, KernelFamily::invariant, s, kEngineMs);
     EXPECT_EQ(c.rows_differing, 0) << s.name << " first difference " << describe_difference(c);
   }
+}
+
+// The own skinny kernel alone (whether it may serve a band is the companion check's call): each
+// row of x[:M] · w^T bitwise equal to that row's M=1 product at every M it takes, with one and two
+// token tiles, and within the fp64 tolerance of AllPathsMatchAnFp64ReferenceWithinTolerance.
+TEST(CudaGemm, SkinnyKernelRowsAreBatchInvariantAndAccurate) {
+  BIH_SKIP_WITHOUT_GPU();
+  for (const Shape& s : kShapes) {
+    ASSERT_TRUE(bih::cuda::skinny_gemm_supports(bih::cuda::kSkinnyMaxM, s.N, s.K)) << s.name;
+    const ShapeData& data = host_data(s);
+    const DeviceBuffer<bf16> x(data.x);
+    const DeviceBuffer<bf16> w(data.w);
+    DeviceBuffer<bf16> y(static_cast<size_t>(bih::cuda::kSkinnyMaxM) * s.N);  // [32, N]
+    std::map<int, std::vector<bf16>> alone;
+    int differing = 0;
+    std::string first;
+    for (int M = 1; M <= bih::cuda::kSkinnyMaxM; ++M) {
+      bih::cuda::launch_skinny_gemm(x.get(), w.get(), y.get(), M, s.N, s.K, nullptr);
+      const std::vector<bf16> out = y.download(0, static_cast<size_t>(M) * s.N);
+      if (M == 1) alone[0] = out;
+      for (int r = 0; r < M; ++r) {
+        if (alone.count(r) == 0) {  // row r alone: x + r * K at M = 1
+          DeviceBuffer<bf16> y1(s.N);
+          bih::cuda::launch_skinny_gemm(x.get() + static_cast<size_t>(r) * s.K, w.get(), y1.get(),
+                                        1, s.N, s.K, nullptr);
+          alone[r] = y1.download(0, s.N);
+        }
+        for (int col = 0; col < s.N; ++col) {
+          if (out[static_cast<size_t>(r) * s.N + col].bits == alone[r][col].bits) continue;
+          if (differing++ == 0) {
+            first = "M=" + std::to_string(M) + " row " + std::to_string(r) + " col " +
+                    std::to_string(col);
+          }
+          break;
+        }
+      }
+      if (M != 5 && M != 27) continue;
+      for (int r : {0, M - 1}) {
+        for (int col = 0; col < s.N; col += s.N / 64) {
+          double ref = 0.0;
+          for (int k = 0; k < s.K; ++k) {
+            ref += static_cast<double>(bih::to_float(data.x[static_cast<size_t>(r) * s.K + k])) *
+                   static_cast<double>(bih::to_float(data.w[static_cast<size_t>(col) * s.K + k]));
+          }
+          const double got = bih::to_float(out[static_cast<size_t>(r) * s.N + col]);
+          EXPECT_LE(std::abs(got - ref), std::ldexp(1.0, -7) * std::abs(ref) + 1e-3)
+              << s.name << " M=" << M << " row " << r << " col " << col;
+        }
+      }
+    }
+    EXPECT_EQ(differing, 0) << s.name << ": rows differing from their M=1 product, first at "
+                            << first;
+  }
+  EXPECT_THROW(bih::cuda::launch_skinny_gemm(nullptr, nullptr, nullptr, 33, 8, 16, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(bih::cuda::launch_skinny_gemm(nullptr, nullptr, nullptr, 1, 8, 24, nullptr),
+               std::invalid_argument);
 }
 
 TEST(CudaGemm, VendorDownProjectionRowDependsOnTheBatch) {

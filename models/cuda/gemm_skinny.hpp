@@ -1,0 +1,35 @@
+// gemm_skinny.hpp: the own tensor-core GEMM for decode-sized M (internal to gemm.cpp).
+//
+// Why: at M=1 a decode step reads each weight once, so its GEMMs are bound by HBM bandwidth, and
+// cuBLASLt's split-K-1 tiles spread too few CTAs over the weight to reach it (qwen3-1.7b's o_proj
+// at M=1 runs at ~1 TB/s of the H200's ~4). This kernel gives every warp 8 weight rows and walks
+// the whole K in k16 steps with mma.sync m16n8k16 (bf16 in, fp32 accumulate): 8x more CTAs than a
+// 64-wide tile, each with its loads issued ahead in registers.
+//
+// Invariance: each output element is one accumulator chain acc = mma(x[m, k0:k0+16],
+// w[n, k0:k0+16], acc) for k0 = 0, 16, ..., K-16, on the tensor cores: nothing about it depends on
+// M, on the row's position among the tokens, or on the grid. Whether that chain is also bitwise
+// the same as the pinned cuBLASLt reference's (Hopper's wgmma k16 steps in K order into one fp32
+// accumulator) is not assumed: CudaGemm lets this kernel serve a band of M only after the bitwise
+// equivalence check (gemm_equivalence.hpp) found every output equal to the reference's.
+#pragma once
+
+struct CUstream_st;
+typedef struct CUstream_st* cudaStream_t;
+
+namespace bih::cuda {
+
+// The largest M the kernel takes: two m16 token tiles per warp.
+inline constexpr int kSkinnyMaxM = 32;
+
+// Whether the kernel takes the shape: 1 <= M <= kSkinnyMaxM, N % 8 == 0, K % 16 == 0 (and x, w
+// 4-byte aligned, which the caller's 16-byte alignment rule covers).
+bool skinny_gemm_supports(int M, int N, int K);
+
+// y[M, N] = x[M, K] · w[N, K]^T; device pointers to bf16 (raw 16-bit storage), row-major.
+// Launches asynchronously on `stream`; throws std::invalid_argument for a shape it does not take,
+// std::runtime_error if the launch fails.
+void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
+                        cudaStream_t stream);
+
+}  // namespace bih::cuda
