@@ -5,7 +5,9 @@
 // device-to-device copy bandwidth measured in the same run (a copy reads and writes, so bandwidth
 // = 2 * bytes / time). The step time is the engine's own: generate() over the same prompts with
 // max_tokens 8 and 8 + kDecodeSteps, and the difference divided by kDecodeSteps, so prefill,
-// warm-up and graph capture cancel out. Counters: step_ms, floor_ms, x_floor (step / floor).
+// warm-up and graph capture cancel out. Counters: step_ms, floor_ms, x_floor (step / floor), and
+// device_ms: the same difference of rank 0's GPU timeline per step (its first upload to its last
+// download), so step_ms - device_ms is the host's share (scheduler, launches, synchronization).
 // Benchmarks: bs 1 and 64, graph modes none and full (the target: bs=1 `full` within 1.3x), and
 // beside them the peer: the vendor kernels (cuBLAS's heuristics, split-count decode attention) in
 // the same engine with `full` graphs, so the cost of invariance and the cost of the engine show
@@ -23,6 +25,7 @@
 #include "harness/scenario.hpp"
 #include "models/cuda/check.hpp"
 #include "models/cuda/cuda_engine.hpp"
+#include "models/cuda/cuda_forward.hpp"
 #include "models/weights.hpp"
 
 namespace {
@@ -94,16 +97,28 @@ void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode,
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   timed(8 + kDecodeSteps);  // warm-up: pins GEMMs, captures graphs for every padded size
+  const auto* forward = dynamic_cast<const bih::cuda::CudaForward*>(&bundle.engine->backend());
+  auto device_span = [&] {
+    return forward != nullptr ? forward->graph_stats().device_span_ms : 0.0;
+  };
   double step_s = 0;
+  double device_ms = 0;
   for (auto _ : state) {
+    const double span_before_short = device_span();
     const double short_run = timed(8);
+    const double span_between = device_span();
     const double long_run = timed(8 + kDecodeSteps);
     step_s = (long_run - short_run) / kDecodeSteps;
+    device_ms =
+        ((device_span() - span_between) - (span_between - span_before_short)) / kDecodeSteps;
     state.SetIterationTime(step_s);
   }
   state.counters["step_ms"] = step_s * 1e3;
   state.counters["floor_ms"] = floor_s * 1e3;
   state.counters["x_floor"] = step_s / floor_s;
+  // The GPU timeline of a step (upload to download on rank 0): what is left of step_ms is host.
+  state.counters["device_ms"] = device_ms;
+  state.counters["device_x_floor"] = device_ms * 1e-3 / floor_s;
   state.counters["weights_GB"] = static_cast<double>(model_bytes) / 1e9;
   state.counters["copy_TBps"] = copy_bandwidth() / 1e12;
 }

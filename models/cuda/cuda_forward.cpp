@@ -199,6 +199,8 @@ struct CudaForward::Impl {
   cudaStream_t origin = nullptr;
   cudaEvent_t fork = nullptr;
   cudaEvent_t launched = nullptr;
+  cudaEvent_t step_start = nullptr;  // timing events on rank index 0's stream
+  cudaEvent_t step_end = nullptr;
   std::map<GraphKey, GraphEntry> graphs;
   GraphStats stats;
   OpProfiler profiler;          // rank index 0's eager steps, when BIH_CUDA_PROFILE is set
@@ -269,6 +271,8 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> model, EngineOptions
   cudaCheck(cudaStreamCreateWithFlags(&m.origin, cudaStreamNonBlocking));
   cudaCheck(cudaEventCreateWithFlags(&m.fork, cudaEventDisableTiming));
   cudaCheck(cudaEventCreateWithFlags(&m.launched, cudaEventDisableTiming));
+  cudaCheck(cudaEventCreate(&m.step_start));
+  cudaCheck(cudaEventCreate(&m.step_end));
   const int num_blocks = kv_pool_blocks(m.options);
   for (const LocalRank& local : ranks) {
     if (local.comm == nullptr || local.stream == nullptr || local.comm->size() != m.options.tp) {
@@ -307,6 +311,8 @@ CudaForward::~CudaForward() {
   }
   cudaEventDestroy(m.fork);
   cudaEventDestroy(m.launched);
+  cudaEventDestroy(m.step_start);
+  cudaEventDestroy(m.step_end);
   cudaStreamDestroy(m.origin);
   cudaGetLastError();
 }
@@ -711,6 +717,7 @@ void CudaForward::Impl::run_rank(int index, StepBatch& step, const std::vector<G
                                  const std::vector<GraphAction>& actions, RankBarrier& barrier) {
   Rank& r = *ranks[index];
   cudaCheck(cudaSetDevice(device));
+  if (index == 0) cudaCheck(cudaEventRecord(step_start, r.local.stream));
   upload_inputs(r);
   const int L = model->config().num_layers;
   if (options.graph_mode == GraphMode::full) {
@@ -727,7 +734,14 @@ void CudaForward::Impl::run_rank(int index, StepBatch& step, const std::vector<G
     }
   }
   logits_and_sample(index, step);
+  if (index == 0) cudaCheck(cudaEventRecord(step_end, r.local.stream));
   wait_for(r);
+  if (index == 0) {
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, step_start, step_end));
+    stats.device_span_ms += ms;
+    ++stats.steps;
+  }
   if (profiling_step && index == 0) profiler.end_step(r.local.stream);
 }
 

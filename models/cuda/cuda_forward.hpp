@@ -51,6 +51,10 @@ struct GraphStats {
   int64_t graphs_captured = 0;
   int64_t graph_launches = 0;
   int64_t eager_steps = 0;  // steps with no graph: mode none, too large, warm-up or tracing
+  // Rank index 0's GPU timeline per step, from its input upload to its sampled tokens' download:
+  // a step's wall time minus this is host time (scheduler, launches, synchronization).
+  double device_span_ms = 0.0;  // summed over every step
+  int64_t steps = 0;
 };
 
 class CudaForward final : public ForwardBackend {

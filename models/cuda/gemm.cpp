@@ -705,7 +705,7 @@ struct CudaGemm::Impl {
         companion.first_m = band.first_m;
         companion.last_m = band.last_m;
         companion.config.skinny = true;
-        companion.config.min_alignment_bytes = 4;
+        companion.config.min_alignment_bytes = 16;
         companion.config.chosen_at_m = band.heuristic_m;
         companion.config.validated_min_m = band.first_m;
         companion.config.validated_max_m = band.last_m;

@@ -19,97 +19,142 @@
 namespace bih::cuda {
 namespace {
 
-constexpr int kRowsPerWarp = 8;  // weight rows (output columns) per warp: mma's n
+constexpr int kRowsPerWarp = 8;     // weight rows (output columns) per warp: mma's n
+constexpr int kChunk = 64;          // k per pipeline stage: 4 mma steps
+constexpr int kPitch = kChunk + 8;  // bf16 per staged row: 144 bytes, so the 8 rows that one
+                                    // ldmatrix reads start in 8 different bank quads
 
-__device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4],
-                                               const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One k16 step's operands for this lane: the weight words and each token tile's words.
-template <int kTokenTiles>
-struct StepOperands {
-  uint32_t b[2];
-  uint32_t a[kTokenTiles][4];
-};
+// Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
+// l / 8 and receives, of each matrix, row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
 
-// x: [M, K/2] words; w: [N, K/2] words; y: [M, N] bf16. grid [N / 8], block [32]: one warp owns
-// weight rows n0..n0+7 and every token. kUnroll k16 steps are loaded before any is multiplied,
-// so a warp has kUnroll * 256 bytes of weights in flight. kTokenRows (8, 16 or 32) is the M the
-// instance is built for: rows past it are constant zeros, rows past M load row 0 (cached, no
-// branch) and are zeroed.
-template <int kTokenRows, int kUnroll>
+// 16 bytes global -> shared without registers; src_bytes 0 writes zeros (rows past M).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// x: [M, K]; w: [N, K]; y: [M, N], all bf16. grid [N / 8], block [32]: one warp owns weight rows
+// n0..n0+7 and every token. K goes through a kStages-deep ring of shared-memory stages of kChunk
+// k each, filled by cp.async (so a warp has up to kStages KiB of weights in flight without
+// holding them in registers) and read into mma fragments by ldmatrix. kTokenRows (8, 16 or 32)
+// is the M the instance is built for: token rows past M are staged as zeros.
+template <int kTokenRows, int kStages>
 __global__ void __launch_bounds__(32)
-    skinny_gemm_kernel(const uint32_t* __restrict__ x, const uint32_t* __restrict__ w,
+    skinny_gemm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                        __nv_bfloat16* __restrict__ y, int M, int N, int K) {
-  constexpr int kTokenTiles = (kTokenRows + 15) / 16;
-  constexpr int kLoadedRows = kTokenRows / 8;  // rows g + 8 * r this lane loads
+  constexpr int kTiles = (kTokenRows + 15) / 16;  // m16 token tiles
+  extern __shared__ __align__(16) __nv_bfloat16 smem[];
+  __nv_bfloat16* w_stage = smem;                                    // [kStages, 8, kPitch]
+  __nv_bfloat16* x_stage = smem + kStages * kRowsPerWarp * kPitch;  // [kStages, rows, kPitch]
   const int lane = threadIdx.x;
-  const int g = lane >> 2;
-  const int t = lane & 3;
   const int n0 = blockIdx.x * kRowsPerWarp;
-  const size_t words_per_row = static_cast<size_t>(K) / 2;
-  const uint32_t* w_row = w + static_cast<size_t>(n0 + g) * words_per_row + t;
-  const uint32_t* x_rows[kLoadedRows];
-  bool has_row[kLoadedRows];
-#pragma unroll
-  for (int r = 0; r < kLoadedRows; ++r) {
-    const int m = g + 8 * r;
-    has_row[r] = m < M;
-    x_rows[r] = x + static_cast<size_t>(has_row[r] ? m : 0) * words_per_row + t;
-  }
-  float acc[kTokenTiles][4] = {};
+  const int chunks = K / kChunk;
 
-  auto load = [&](int step, StepOperands<kTokenTiles>& op) {
-    const size_t word = static_cast<size_t>(step) * 8;  // 16 bf16 per step
-    op.b[0] = __ldg(w_row + word);
-    op.b[1] = __ldg(w_row + word + 4);
-    // Register 0/2: row g + 16 * tile, k 2t and 2t + 8; register 1/3: that row + 8.
+  // Stage `chunk` into ring slot chunk % kStages: 16-byte pieces, 8 per staged row.
+  auto stage = [&](int chunk) {
+    const int slot = chunk % kStages;
+    const size_t k0 = static_cast<size_t>(chunk) * kChunk;
 #pragma unroll
-    for (int tile = 0; tile < kTokenTiles; ++tile) {
+    for (int piece = lane; piece < kRowsPerWarp * 8; piece += 32) {
+      const int row = piece / 8;
+      const int col = (piece % 8) * 8;
+      cp_async_16(w_stage + (slot * kRowsPerWarp + row) * kPitch + col,
+                  w + static_cast<size_t>(n0 + row) * K + k0 + col, 16);
+    }
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = 2 * tile + half;
-        if (r < kLoadedRows) {
-          const uint32_t lo = __ldg(x_rows[r] + word);
-          const uint32_t hi = __ldg(x_rows[r] + word + 4);
-          op.a[tile][half] = has_row[r] ? lo : 0u;
-          op.a[tile][half + 2] = has_row[r] ? hi : 0u;
-        } else {
-          op.a[tile][half] = 0u;
-          op.a[tile][half + 2] = 0u;
+    for (int piece = lane; piece < kTokenRows * 8; piece += 32) {
+      const int row = piece / 8;
+      const int col = (piece % 8) * 8;
+      const bool real = row < M;
+      cp_async_16(x_stage + (slot * kTokenRows + row) * kPitch + col,
+                  x + static_cast<size_t>(real ? row : 0) * K + k0 + col, real ? 16 : 0);
+    }
+  };
+
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) {
+    if (c < chunks) stage(c);
+    cp_async_commit();  // empty groups too: the wait count below stays uniform
+  }
+
+  float acc[kTiles][4] = {};
+  // ldmatrix addressing: lane gives row lane % 8 of matrix lane / 8.
+  const int matrix = lane / 8;
+  const int row_in_matrix = lane % 8;
+  for (int c = 0; c < chunks; ++c) {
+    cp_async_wait<kStages - 2>();  // chunk c has landed (this lane's pieces)
+    __syncwarp();                  // ... and every lane's; slot (c - 1) % kStages is free
+    if (c + kStages - 1 < chunks) stage(c + kStages - 1);
+    cp_async_commit();
+    const int slot = c % kStages;
+    const __nv_bfloat16* ws = w_stage + slot * kRowsPerWarp * kPitch;
+    const __nv_bfloat16* xs = x_stage + slot * kTokenRows * kPitch;
+#pragma unroll
+    for (int pair = 0; pair < kChunk / 32; ++pair) {  // two mma steps of k16 per pair
+      uint32_t b[4];
+      ldmatrix_x4(b, ws + row_in_matrix * kPitch + pair * 32 + matrix * 8);
+      uint32_t a[kTiles][2][4];  // [tile][step][register]
+      if constexpr (kTokenRows == 8) {
+        // Matrices (rows 0-7) at k 0, 8, 16, 24: a0, a2 of both steps; rows 8-15 are zeros.
+        uint32_t r[4];
+        ldmatrix_x4(r, xs + row_in_matrix * kPitch + pair * 32 + matrix * 8);
+        a[0][0][0] = r[0];
+        a[0][0][1] = 0u;
+        a[0][0][2] = r[1];
+        a[0][0][3] = 0u;
+        a[0][1][0] = r[2];
+        a[0][1][1] = 0u;
+        a[0][1][2] = r[3];
+        a[0][1][3] = 0u;
+      } else {
+#pragma unroll
+        for (int tile = 0; tile < kTiles; ++tile) {
+#pragma unroll
+          for (int step = 0; step < 2; ++step) {
+            // Matrix j: rows 8 (j % 2) .. +7 of the tile, k 8 (j / 2): a0, a1, a2, a3.
+            const int row = tile * 16 + (matrix % 2) * 8 + row_in_matrix;
+            ldmatrix_x4(a[tile][step],
+                        xs + row * kPitch + pair * 32 + step * 16 + (matrix / 2) * 8);
+          }
+        }
+      }
+#pragma unroll
+      for (int step = 0; step < 2; ++step) {
+#pragma unroll
+        for (int tile = 0; tile < kTiles; ++tile) {
+          mma_bf16_16816(acc[tile], a[tile][step], b[2 * step], b[2 * step + 1]);
         }
       }
     }
-  };
-  auto multiply = [&](const StepOperands<kTokenTiles>& op) {
-#pragma unroll
-    for (int tile = 0; tile < kTokenTiles; ++tile) mma_bf16_16816(acc[tile], op.a[tile], op.b);
-  };
-
-  const int steps = K / 16;
-  int step = 0;
-  for (; step + kUnroll <= steps; step += kUnroll) {
-    StepOperands<kTokenTiles> ops[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) load(step + u, ops[u]);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) multiply(ops[u]);
   }
-  // The tail, one step at a time: the same chain, in the same order.
-  for (; step < steps; ++step) {
-    StepOperands<kTokenTiles> op;
-    load(step, op);
-    multiply(op);
-  }
+  cp_async_wait<0>();
 
-  // acc[tile][0..1]: token g + 16 * tile, columns n0 + 2t, n0 + 2t + 1; [2..3]: token + 8.
+  // acc[tile][0..1]: token g + 16 tile, columns n0 + 2t, n0 + 2t + 1; [2..3]: token + 8.
+  const int g = lane >> 2;
+  const int t = lane & 3;
 #pragma unroll
-  for (int tile = 0; tile < kTokenTiles; ++tile) {
+  for (int tile = 0; tile < kTiles; ++tile) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int m = g + 16 * tile + 8 * half;
@@ -121,11 +166,23 @@ __global__ void __launch_bounds__(32)
   }
 }
 
+template <int kTokenRows, int kStages>
+void launch(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream) {
+  constexpr size_t bytes =
+      static_cast<size_t>(kStages) * (kRowsPerWarp + kTokenRows) * kPitch * sizeof(__nv_bfloat16);
+  static_assert(bytes <= 48 * 1024, "more than the default dynamic shared memory limit");
+  auto* kernel = skinny_gemm_kernel<kTokenRows, kStages>;
+  kernel<<<N / kRowsPerWarp, 32, bytes, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                  static_cast<const __nv_bfloat16*>(w),
+                                                  static_cast<__nv_bfloat16*>(y), M, N, K);
+  cudaCheck(cudaGetLastError());
+}
+
 }  // namespace
 
 bool skinny_gemm_supports(int M, int N, int K) {
-  return M >= 1 && M <= kSkinnyMaxM && N >= kRowsPerWarp && N % kRowsPerWarp == 0 && K >= 16 &&
-         K % 16 == 0;
+  return M >= 1 && M <= kSkinnyMaxM && N >= kRowsPerWarp && N % kRowsPerWarp == 0 && K >= kChunk &&
+         K % kChunk == 0;
 }
 
 void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
@@ -133,21 +190,16 @@ void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int
   if (!skinny_gemm_supports(M, N, K)) {
     throw std::invalid_argument(
         "launch_skinny_gemm: needs 1 <= M <= " + std::to_string(kSkinnyMaxM) +
-        ", N a multiple of 8 and K a multiple of 16; got M=" + std::to_string(M) +
+        ", N a multiple of 8 and K a multiple of 64; got M=" + std::to_string(M) +
         " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
-  const dim3 grid(N / kRowsPerWarp);
-  const auto* xw = static_cast<const uint32_t*>(x);
-  const auto* ww = static_cast<const uint32_t*>(w);
-  auto* yb = static_cast<__nv_bfloat16*>(y);
   if (M <= 8) {
-    skinny_gemm_kernel<8, 16><<<grid, 32, 0, stream>>>(xw, ww, yb, M, N, K);
+    launch<8, 16>(x, w, y, M, N, K, stream);
   } else if (M <= 16) {
-    skinny_gemm_kernel<16, 16><<<grid, 32, 0, stream>>>(xw, ww, yb, M, N, K);
+    launch<16, 12>(x, w, y, M, N, K, stream);
   } else {
-    skinny_gemm_kernel<32, 8><<<grid, 32, 0, stream>>>(xw, ww, yb, M, N, K);
+    launch<32, 8>(x, w, y, M, N, K, stream);
   }
-  cudaCheck(cudaGetLastError());
 }
 
 }  // namespace bih::cuda

@@ -4,7 +4,7 @@
 // cuBLASLt's split-K-1 tiles spread too few CTAs over the weight to reach it (qwen3-1.7b's o_proj
 // at M=1 runs at ~1 TB/s of the H200's ~4). This kernel gives every warp 8 weight rows and walks
 // the whole K in k16 steps with mma.sync m16n8k16 (bf16 in, fp32 accumulate): 8x more CTAs than a
-// 64-wide tile, each with its loads issued ahead in registers.
+// 64-wide tile, each streaming its rows through a deep cp.async ring in shared memory.
 //
 // Invariance: each output element is one accumulator chain acc = mma(x[m, k0:k0+16],
 // w[n, k0:k0+16], acc) for k0 = 0, 16, ..., K-16, on the tensor cores: nothing about it depends on
@@ -22,8 +22,8 @@ namespace bih::cuda {
 // The largest M the kernel takes: two m16 token tiles per warp.
 inline constexpr int kSkinnyMaxM = 32;
 
-// Whether the kernel takes the shape: 1 <= M <= kSkinnyMaxM, N % 8 == 0, K % 16 == 0 (and x, w
-// 4-byte aligned, which the caller's 16-byte alignment rule covers).
+// Whether the kernel takes the shape: 1 <= M <= kSkinnyMaxM, N % 8 == 0, K % 64 == 0 (and x, w
+// 16-byte aligned, which the caller's alignment rule covers).
 bool skinny_gemm_supports(int M, int N, int K);
 
 // y[M, N] = x[M, K] · w[N, K]^T; device pointers to bf16 (raw 16-bit storage), row-major.
