@@ -56,39 +56,49 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // x: [M, K]; w: [N, K]; y: [M, N], all bf16. grid [N / 8], block [32]: one warp owns weight rows
 // n0..n0+7 and every token. K goes through a kStages-deep ring of shared-memory stages of kChunk
-// k each, filled by cp.async (so a warp has up to kStages KiB of weights in flight without
+// k each, filled by cp.async (a warp keeps up to kStages * 2 KiB of weights in flight without
 // holding them in registers) and read into mma fragments by ldmatrix. kTokenRows (8, 16 or 32)
-// is the M the instance is built for: token rows past M are staged as zeros.
+// is the M the instance is built for; only the M real token rows are staged, and the fragments of
+// the others read a block of zeros.
 template <int kTokenRows, int kStages>
 __global__ void __launch_bounds__(32)
     skinny_gemm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                        __nv_bfloat16* __restrict__ y, int M, int N, int K) {
-  constexpr int kTiles = (kTokenRows + 15) / 16;  // m16 token tiles
+  constexpr int kTiles = (kTokenRows + 15) / 16;              // m16 token tiles
+  constexpr int kPieces = kChunk / 8;                         // 16-byte pieces per staged row
+  constexpr int kWeightPieces = kRowsPerWarp * kPieces / 32;  // per lane per chunk
   extern __shared__ __align__(16) __nv_bfloat16 smem[];
   __nv_bfloat16* w_stage = smem;                                    // [kStages, 8, kPitch]
   __nv_bfloat16* x_stage = smem + kStages * kRowsPerWarp * kPitch;  // [kStages, rows, kPitch]
+  __nv_bfloat16* zeros = x_stage + kStages * kTokenRows * kPitch;   // [8]
   const int lane = threadIdx.x;
   const int n0 = blockIdx.x * kRowsPerWarp;
   const int chunks = K / kChunk;
+  if (lane == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
-  // Stage `chunk` into ring slot chunk % kStages: 16-byte pieces, 8 per staged row.
+  // This lane's weight pieces: rows lane / kPieces + r * (32 / kPieces), column (lane % kPieces)
+  // * 8; their sources advance by kChunk per chunk.
+  const int piece_row = lane / kPieces;
+  const int piece_col = (lane % kPieces) * 8;
+  const __nv_bfloat16* w_src = w + static_cast<size_t>(n0 + piece_row) * K + piece_col;
+  const size_t w_src_step = static_cast<size_t>(32 / kPieces) * K;
+  const int w_dst = piece_row * kPitch + piece_col;
+  constexpr int w_dst_step = (32 / kPieces) * kPitch;
+  const int x_pieces = M * kPieces;
+
   auto stage = [&](int chunk) {
     const int slot = chunk % kStages;
     const size_t k0 = static_cast<size_t>(chunk) * kChunk;
+    __nv_bfloat16* w_slot = w_stage + slot * kRowsPerWarp * kPitch + w_dst;
 #pragma unroll
-    for (int piece = lane; piece < kRowsPerWarp * 8; piece += 32) {
-      const int row = piece / 8;
-      const int col = (piece % 8) * 8;
-      cp_async_16(w_stage + (slot * kRowsPerWarp + row) * kPitch + col,
-                  w + static_cast<size_t>(n0 + row) * K + k0 + col, 16);
+    for (int r = 0; r < kWeightPieces; ++r) {
+      cp_async_16(w_slot + r * w_dst_step, w_src + r * w_src_step + k0, 16);
     }
-#pragma unroll
-    for (int piece = lane; piece < kTokenRows * 8; piece += 32) {
-      const int row = piece / 8;
-      const int col = (piece % 8) * 8;
-      const bool real = row < M;
-      cp_async_16(x_stage + (slot * kTokenRows + row) * kPitch + col,
-                  x + static_cast<size_t>(real ? row : 0) * K + k0 + col, real ? 16 : 0);
+    __nv_bfloat16* x_slot = x_stage + slot * kTokenRows * kPitch;
+    for (int piece = lane; piece < x_pieces; piece += 32) {
+      const int row = piece / kPieces;
+      const int col = (piece % kPieces) * 8;
+      cp_async_16(x_slot + row * kPitch + col, x + static_cast<size_t>(row) * K + k0 + col, 16);
     }
   };
 
@@ -102,6 +112,14 @@ __global__ void __launch_bounds__(32)
   // ldmatrix addressing: lane gives row lane % 8 of matrix lane / 8.
   const int matrix = lane / 8;
   const int row_in_matrix = lane % 8;
+  // A rows this lane addresses (per tile) and whether they are real token rows.
+  int a_row[kTiles];
+  bool a_real[kTiles];
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    a_row[tile] = kTokenRows == 8 ? row_in_matrix : tile * 16 + (matrix % 2) * 8 + row_in_matrix;
+    a_real[tile] = a_row[tile] < M;
+  }
   for (int c = 0; c < chunks; ++c) {
     cp_async_wait<kStages - 2>();  // chunk c has landed (this lane's pieces)
     __syncwarp();                  // ... and every lane's; slot (c - 1) % kStages is free
@@ -118,7 +136,7 @@ __global__ void __launch_bounds__(32)
       if constexpr (kTokenRows == 8) {
         // Matrices (rows 0-7) at k 0, 8, 16, 24: a0, a2 of both steps; rows 8-15 are zeros.
         uint32_t r[4];
-        ldmatrix_x4(r, xs + row_in_matrix * kPitch + pair * 32 + matrix * 8);
+        ldmatrix_x4(r, a_real[0] ? xs + a_row[0] * kPitch + pair * 32 + matrix * 8 : zeros);
         a[0][0][0] = r[0];
         a[0][0][1] = 0u;
         a[0][0][2] = r[1];
@@ -133,9 +151,9 @@ __global__ void __launch_bounds__(32)
 #pragma unroll
           for (int step = 0; step < 2; ++step) {
             // Matrix j: rows 8 (j % 2) .. +7 of the tile, k 8 (j / 2): a0, a1, a2, a3.
-            const int row = tile * 16 + (matrix % 2) * 8 + row_in_matrix;
-            ldmatrix_x4(a[tile][step],
-                        xs + row * kPitch + pair * 32 + step * 16 + (matrix / 2) * 8);
+            ldmatrix_x4(a[tile][step], a_real[tile] ? xs + a_row[tile] * kPitch + pair * 32 +
+                                                          step * 16 + (matrix / 2) * 8
+                                                    : zeros);
           }
         }
       }
@@ -169,7 +187,8 @@ __global__ void __launch_bounds__(32)
 template <int kTokenRows, int kStages>
 void launch(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream) {
   constexpr size_t bytes =
-      static_cast<size_t>(kStages) * (kRowsPerWarp + kTokenRows) * kPitch * sizeof(__nv_bfloat16);
+      static_cast<size_t>(kStages) * (kRowsPerWarp + kTokenRows) * kPitch * sizeof(__nv_bfloat16) +
+      16;  // the zero block
   static_assert(bytes <= 48 * 1024, "more than the default dynamic shared memory limit");
   auto* kernel = skinny_gemm_kernel<kTokenRows, kStages>;
   kernel<<<N / kRowsPerWarp, 32, bytes, stream>>>(static_cast<const __nv_bfloat16*>(x),
@@ -190,15 +209,15 @@ void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int
   if (!skinny_gemm_supports(M, N, K)) {
     throw std::invalid_argument(
         "launch_skinny_gemm: needs 1 <= M <= " + std::to_string(kSkinnyMaxM) +
-        ", N a multiple of 8 and K a multiple of 64; got M=" + std::to_string(M) +
+        ", N a multiple of 8 and K a multiple of 128; got M=" + std::to_string(M) +
         " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
   if (M <= 8) {
-    launch<8, 16>(x, w, y, M, N, K, stream);
+    launch<8, 8>(x, w, y, M, N, K, stream);
   } else if (M <= 16) {
-    launch<16, 12>(x, w, y, M, N, K, stream);
+    launch<16, 6>(x, w, y, M, N, K, stream);
   } else {
-    launch<32, 8>(x, w, y, M, N, K, stream);
+    launch<32, 4>(x, w, y, M, N, K, stream);
   }
 }
 

@@ -22,7 +22,7 @@ namespace bih::cuda {
 // The largest M the kernel takes: two m16 token tiles per warp.
 inline constexpr int kSkinnyMaxM = 32;
 
-// Whether the kernel takes the shape: 1 <= M <= kSkinnyMaxM, N % 8 == 0, K % 64 == 0 (and x, w
+// Whether the kernel takes the shape: 1 <= M <= kSkinnyMaxM, N % 8 == 0, K % 128 == 0 (and x, w
 // 16-byte aligned, which the caller's alignment rule covers).
 bool skinny_gemm_supports(int M, int N, int K);
 
