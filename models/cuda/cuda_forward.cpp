@@ -173,7 +173,7 @@ struct CudaForward::Impl {
     DeviceArray<bf16> kv;            // [layers, 2, pool elements]
     std::vector<KvPool> pools;       // per layer
     // Activations, [capacity rows, cols].
-    DeviceArray<bf16> residual, h_local, h_full, partial, reduced, qkv, q, k, v, attn, gate_up, act;
+    DeviceArray<bf16> residual, h_local, h_full, partial, reduced, qkv, q, k, attn, gate_up, act;
     // Step inputs: one upload per step into `inputs`, laid out by input_offsets.
     DeviceArray<uint8_t> inputs;
     InputSlice<int32_t> tokens, positions, block_tables, context_lens, logit_rows;
@@ -346,7 +346,6 @@ void CudaForward::Impl::reserve(const StepBatch& step) {
       r->q.reserve(R * q_cols);
       r->attn.reserve(R * q_cols);
       r->k.reserve(R * kv_cols);
-      r->v.reserve(R * kv_cols);
       r->gate_up.reserve(R * 2 * I);
       r->act.reserve(R * I);
     }
@@ -532,24 +531,16 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
   mark("gemm qkv");
   r.gemm->gemm(family, full_rows, lw.qkv, r.qkv.get(), Mp, qkv_cols, H, s);
   if (tracing) record_sharded(l, "qkv", r.qkv.get(), qkv_cols, gemm_detail(r, Mp, qkv_cols, H));
-  // Split [Mp, q | k | v] into three contiguous tensors (2D copies: capturable, no kernel).
-  mark("qkv split copies");
-  const size_t pitch = static_cast<size_t>(qkv_cols) * sizeof(bf16);
-  cudaCheck(cudaMemcpy2DAsync(r.q.get(), q_cols * sizeof(bf16), r.qkv.get(), pitch,
-                              q_cols * sizeof(bf16), Mp, cudaMemcpyDeviceToDevice, s));
-  cudaCheck(cudaMemcpy2DAsync(r.k.get(), kv_cols * sizeof(bf16), r.qkv.get() + q_cols, pitch,
-                              kv_cols * sizeof(bf16), Mp, cudaMemcpyDeviceToDevice, s));
-  cudaCheck(cudaMemcpy2DAsync(r.v.get(), kv_cols * sizeof(bf16), r.qkv.get() + q_cols + kv_cols,
-                              pitch, kv_cols * sizeof(bf16), Mp, cudaMemcpyDeviceToDevice, s));
-  mark("head_norm_rope");
-  head_norm_rope(r.q.get(), lw.q_norm, r.positions.get(), Mp, w.heads_local, hd, eps, rope, s);
-  head_norm_rope(r.k.get(), lw.k_norm, r.positions.get(), Mp, w.kv_heads_local, hd, eps, rope, s);
+  // One launch splits [Mp, q | k | v], norms and ropes q and k into r.q, r.k, and writes k and v
+  // into this layer's pool (bit for bit the split, head_norm_rope and write_kv).
+  mark("qkv_norm_rope_write_kv");
+  qkv_norm_rope_write_kv(r.qkv.get(), lw.q_norm, lw.k_norm, r.positions.get(), r.slots.get(), Mp,
+                         w.heads_local, w.kv_heads_local, hd, eps, rope, r.pools[l], r.q.get(),
+                         r.k.get(), s);
   if (tracing) {
     record_sharded(l, "q_norm_rope", r.q.get(), q_cols, "q rms_norm + rope");
     record_sharded(l, "k_norm_rope", r.k.get(), kv_cols, "k rms_norm + rope");
   }
-  mark("write_kv");
-  write_kv(r.pools[l], r.k.get(), r.v.get(), r.slots.get(), Mp, s);
 }
 
 void CudaForward::Impl::enqueue_attention(Rank& r, StepBatch& step, int layer) {

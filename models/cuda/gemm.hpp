@@ -136,7 +136,7 @@ struct CudaGemmOptions {
   // Offer the own skinny tensor-core kernel (gemm_skinny.hpp) first to every band it can serve
   // (M <= kSkinnyMaxM): it serves the band only if bitwise equal to the reference, like any
   // companion. At M=1 it reads the weights at up to twice cuBLASLt's bandwidth.
-  bool skinny_companion = true;
+  bool skinny_companion = false;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;
 };

@@ -120,24 +120,25 @@ __global__ void add_rms_norm_kernel(u16* residual, const u16* x, const u16* w, u
 // ---- head norm + RoPE -------------------------------------------------------------------------
 constexpr int kHeadThreads = 32;  // one warp per (row, head)
 
-// grid [M * n_heads], block [kHeadThreads]. x: [M, n_heads, head_dim] in place; w: [head_dim];
-// positions: [M]; cos_table, sin_table: [max_pos, head_dim/2]. The head is staged in shared
-// memory by the whole warp, then summed in index order (the CPU's order) from there: the bits
-// of a sequential sum at the latency of shared memory.
-__global__ void head_norm_rope_kernel(u16* x, const u16* w, const int32_t* positions, int n_heads,
-                                      int head_dim, float eps, const float* cos_table,
-                                      const float* sin_table, int max_pos) {
-  __shared__ float values[kMaxHeadDim];
-  const int row = blockIdx.x / n_heads;
-  const int h = blockIdx.x % n_heads;
-  u16* head = x + (static_cast<size_t>(row) * n_heads + h) * head_dim;
-  const int pos = positions[row];
+// One warp normalizes and ropes one head: rms_norm with w[head_dim], then half-split RoPE at
+// `pos`; cos_table, sin_table: [max_pos, head_dim/2]. The head is staged in shared memory
+// (values: [head_dim]) by the whole warp, then summed in index order (the CPU's order) from there:
+// the bits of a sequential sum at the latency of shared memory. The result goes to out, and to
+// also_out when that is not null (the same bits: one value stored twice). in may be out (in
+// place): every read of in happens before the first write. A position outside [0, max_pos) gives
+// a NaN head: the host should have caught it, so make it loud downstream.
+__device__ void norm_rope_head(const u16* in, const u16* w, int pos, int head_dim, float eps,
+                               const float* cos_table, const float* sin_table, int max_pos,
+                               float* values, u16* out, u16* also_out) {
   const int lane = threadIdx.x;
-  if (pos < 0 || pos >= max_pos) {  // the host should have caught it: make it loud downstream
-    for (int i = lane; i < head_dim; i += kHeadThreads) head[i] = kBf16QuietNan;
+  if (pos < 0 || pos >= max_pos) {
+    for (int i = lane; i < head_dim; i += kHeadThreads) {
+      out[i] = kBf16QuietNan;
+      if (also_out != nullptr) also_out[i] = kBf16QuietNan;
+    }
     return;
   }
-  for (int d = lane; d < head_dim; d += kHeadThreads) values[d] = widen(head[d]);
+  for (int d = lane; d < head_dim; d += kHeadThreads) values[d] = widen(in[d]);
   __syncwarp();
   // Every lane sums all of head_dim in index order (broadcast reads of shared memory).
   float sum_sq = 0.0f;
@@ -150,9 +151,66 @@ __global__ void head_norm_rope_kernel(u16* x, const u16* w, const int32_t* posit
     const float x1 = round_bf16(mul(round_bf16(mul(values[i], inv_rms)), widen(w[i])));
     const float x2 =
         round_bf16(mul(round_bf16(mul(values[i + half], inv_rms)), widen(w[i + half])));
-    head[i] = narrow(sub(mul(x1, cos_row[i]), mul(x2, sin_row[i])));
-    head[i + half] = narrow(add(mul(x2, cos_row[i]), mul(x1, sin_row[i])));
+    const u16 first = narrow(sub(mul(x1, cos_row[i]), mul(x2, sin_row[i])));
+    const u16 second = narrow(add(mul(x2, cos_row[i]), mul(x1, sin_row[i])));
+    out[i] = first;
+    out[i + half] = second;
+    if (also_out != nullptr) {
+      also_out[i] = first;
+      also_out[i + half] = second;
+    }
   }
+}
+
+// grid [M * n_heads], block [kHeadThreads]. x: [M, n_heads, head_dim] in place; w: [head_dim];
+// positions: [M].
+__global__ void head_norm_rope_kernel(u16* x, const u16* w, const int32_t* positions, int n_heads,
+                                      int head_dim, float eps, const float* cos_table,
+                                      const float* sin_table, int max_pos) {
+  __shared__ float values[kMaxHeadDim];
+  const int row = blockIdx.x / n_heads;
+  const int h = blockIdx.x % n_heads;
+  u16* head = x + (static_cast<size_t>(row) * n_heads + h) * head_dim;
+  norm_rope_head(head, w, positions[row], head_dim, eps, cos_table, sin_table, max_pos, values,
+                 head, nullptr);
+}
+
+// grid [M * (n_heads + kv_heads)], block [kHeadThreads]: block (row, j) takes q head j for
+// j < n_heads, else k head j - n_heads and the v head beside it. qkv: [M, (n_heads + 2*kv_heads),
+// head_dim]; q: [M, n_heads, head_dim]; k: [M, kv_heads, head_dim]; q_norm, k_norm: [head_dim];
+// positions, slots: [M]; pool_k, pool_v: [num_slots, kv_heads, head_dim].
+__global__ void qkv_norm_rope_write_kv_kernel(const u16* qkv, const u16* q_norm, const u16* k_norm,
+                                              const int32_t* positions, const int64_t* slots,
+                                              int n_heads, int kv_heads, int head_dim, float eps,
+                                              const float* cos_table, const float* sin_table,
+                                              int max_pos, u16* pool_k, u16* pool_v,
+                                              int64_t num_slots, u16* q, u16* k) {
+  __shared__ float values[kMaxHeadDim];
+  const int heads = n_heads + kv_heads;
+  const int row = blockIdx.x / heads;
+  const int j = blockIdx.x % heads;
+  const int pos = positions[row];
+  const size_t qkv_cols = static_cast<size_t>(heads + kv_heads) * head_dim;  // q | k | v
+  const u16* qkv_row = qkv + row * qkv_cols;
+  if (j < n_heads) {
+    norm_rope_head(qkv_row + static_cast<size_t>(j) * head_dim, q_norm, pos, head_dim, eps,
+                   cos_table, sin_table, max_pos, values,
+                   q + (static_cast<size_t>(row) * n_heads + j) * head_dim, nullptr);
+    return;
+  }
+  const int h = j - n_heads;
+  const u16* k_in = qkv_row + (static_cast<size_t>(n_heads) + h) * head_dim;
+  const u16* v_in = k_in + static_cast<size_t>(kv_heads) * head_dim;
+  const int64_t slot = slots[row];
+  u16* pool_k_head = nullptr;  // stays null for a padding row or a slot past the pool's end
+  if (slot >= 0 && slot < num_slots) {
+    const size_t pool_head = (static_cast<size_t>(slot) * kv_heads + h) * head_dim;
+    pool_k_head = pool_k + pool_head;
+    u16* pool_v_head = pool_v + pool_head;
+    for (int d = threadIdx.x; d < head_dim; d += kHeadThreads) pool_v_head[d] = v_in[d];
+  }
+  norm_rope_head(k_in, k_norm, pos, head_dim, eps, cos_table, sin_table, max_pos, values,
+                 k + (static_cast<size_t>(row) * kv_heads + h) * head_dim, pool_k_head);
 }
 
 // ---- elementwise ------------------------------------------------------------------------------
@@ -540,6 +598,32 @@ void head_norm_rope(bf16* x, const bf16* w, const int32_t* positions, int M, int
   require(blocks <= 2147483647, "head_norm_rope: M * n_heads exceeds the grid");
   head_norm_rope_kernel<<<static_cast<unsigned>(blocks), kHeadThreads, 0, stream>>>(
       bits(x), bits(w), positions, n_heads, head_dim, eps, rope.cos(), rope.sin(), rope.max_pos());
+  check_launch();
+}
+
+void qkv_norm_rope_write_kv(const bf16* qkv, const bf16* q_norm, const bf16* k_norm,
+                            const int32_t* positions, const int64_t* slots, int M, int n_heads,
+                            int kv_heads, int head_dim, float eps, const DeviceRopeTable& rope,
+                            const KvPool& kv, bf16* q, bf16* k, Stream stream) {
+  require(rope.head_dim() == head_dim, "qkv_norm_rope_write_kv: RoPE table built for head_dim " +
+                                           std::to_string(rope.head_dim()) + ", tensor has " +
+                                           std::to_string(head_dim));
+  require(head_dim > 0 && head_dim <= kMaxHeadDim && M >= 0 && n_heads > 0 && kv_heads > 0,
+          "qkv_norm_rope_write_kv: need 0 < head_dim <= " + std::to_string(kMaxHeadDim) +
+              ", M >= 0, n_heads > 0, kv_heads > 0; got head_dim " + std::to_string(head_dim) +
+              ", n_heads " + std::to_string(n_heads) + ", kv_heads " + std::to_string(kv_heads));
+  require(kv.num_kv_heads == kv_heads && kv.head_dim == head_dim,
+          "qkv_norm_rope_write_kv: KV pool holds " + std::to_string(kv.num_kv_heads) +
+              " heads of " + std::to_string(kv.head_dim) + ", the step has " +
+              std::to_string(kv_heads) + " of " + std::to_string(head_dim));
+  if (M == 0) return;
+  const int64_t blocks = int64_t{M} * (n_heads + kv_heads);
+  require(blocks <= 2147483647,
+          "qkv_norm_rope_write_kv: M * (n_heads + kv_heads) exceeds the grid");
+  const int64_t num_slots = int64_t{kv.num_blocks} * kv.block_size;
+  qkv_norm_rope_write_kv_kernel<<<static_cast<unsigned>(blocks), kHeadThreads, 0, stream>>>(
+      bits(qkv), bits(q_norm), bits(k_norm), positions, slots, n_heads, kv_heads, head_dim, eps,
+      rope.cos(), rope.sin(), rope.max_pos(), bits(kv.k), bits(kv.v), num_slots, bits(q), bits(k));
   check_launch();
 }
 

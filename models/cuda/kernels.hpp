@@ -73,7 +73,7 @@ class DeviceRopeTable {
   int max_pos_ = 0;
 };
 
-// Largest head_dim the per-head kernels (head_norm_rope, attention) accept.
+// Largest head_dim the per-head kernels (head_norm_rope, qkv_norm_rope_write_kv, attention) accept.
 inline constexpr int kMaxHeadDim = 256;
 
 // x[M, n_heads, head_dim] in place: per (row, head) rms_norm with w[head_dim] (sum of squares in
@@ -83,6 +83,23 @@ inline constexpr int kMaxHeadDim = 256;
 // std::invalid_argument when head_dim does not match the table or exceeds kMaxHeadDim.
 void head_norm_rope(bf16* x, const bf16* w, const int32_t* positions, int M, int n_heads,
                     int head_dim, float eps, const DeviceRopeTable& rope, Stream stream);
+
+struct KvPool;  // below
+
+// The attention input of a step in one launch: splits qkv[M, (n_heads + 2*kv_heads) * head_dim]
+// (q | k | v columns), applies head_norm_rope to its q heads (q_norm) and k heads (k_norm), and
+// writes the step's keys and values into the pool as write_kv does. Outputs q[M, n_heads*head_dim]
+// and k[M, kv_heads*head_dim] normed and roped; the pool gets k's bits and v's unchanged at
+// slots[M] (a negative slot or one past the pool's end skips the pool write). Each (row, head) is
+// head_norm_rope's own per-head code, so every output is bit for bit head_norm_rope after the
+// split, then write_kv; a position outside the table gives a NaN q or k head (also in the pool).
+// One warp per (row, q or k head); the k head's warp also copies the matching v head. qkv must
+// not overlap q, k or the pool. Throws std::invalid_argument when head_dim does not match the
+// table or exceeds kMaxHeadDim, or the pool is not [.., kv_heads, head_dim].
+void qkv_norm_rope_write_kv(const bf16* qkv, const bf16* q_norm, const bf16* k_norm,
+                            const int32_t* positions, const int64_t* slots, int M, int n_heads,
+                            int kv_heads, int head_dim, float eps, const DeviceRopeTable& rope,
+                            const KvPool& kv, bf16* q, bf16* k, Stream stream);
 
 // ---- elementwise ----------------------------------------------------------------------------
 // y[M,I] = bf16(bf16(silu(gate)) * up), gate_up[M, 2I] with gate in the first I columns.

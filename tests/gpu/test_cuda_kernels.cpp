@@ -332,6 +332,234 @@ TEST(CudaKernels, HeadNormRopePoisonsARowWithAPositionOutsideTheTable) {
       std::invalid_argument);
 }
 
+// ---- qkv split + head norm + RoPE + KV write, fused ------------------------------------------
+
+// One fused step's shapes: q heads, kv heads (GQA), head_dim, the RoPE table and a KV pool.
+struct QkvShape {
+  int n_heads = 16;
+  int kv_heads = 8;
+  int head_dim = 128;
+  int max_pos = 4096;
+  double theta = 1e6;
+  int num_blocks = 32;
+  int block_size = 16;
+  size_t q_cols() const { return static_cast<size_t>(n_heads) * head_dim; }
+  size_t kv_cols() const { return static_cast<size_t>(kv_heads) * head_dim; }
+  size_t qkv_cols() const { return q_cols() + 2 * kv_cols(); }
+  int num_slots() const { return num_blocks * block_size; }
+  size_t pool_size() const { return static_cast<size_t>(num_slots()) * kv_cols(); }
+};
+
+// A step's inputs: qkv [M, qkv_cols], positions and slots [M], the norm weights, the pool's
+// contents before the step.
+struct QkvStep {
+  std::vector<bf16> qkv, q_norm, k_norm, pool_k, pool_v;
+  std::vector<int32_t> positions;
+  std::vector<int64_t> slots;
+};
+
+// q, k [M, cols] and the pool after the step.
+struct QkvResult {
+  std::vector<bf16> q, k, pool_k, pool_v;
+};
+
+QkvResult fused_qkv(const QkvShape& s, const cuda::DeviceRopeTable& rope, const QkvStep& in) {
+  const int M = static_cast<int>(in.positions.size());
+  const DeviceArray<bf16> qkv(in.qkv), q_norm(in.q_norm), k_norm(in.k_norm);
+  const DeviceArray<bf16> pool_k(in.pool_k), pool_v(in.pool_v);
+  const DeviceArray<int32_t> positions(in.positions);
+  const DeviceArray<int64_t> slots(in.slots);
+  const DeviceArray<bf16> q(M * s.q_cols()), k(M * s.kv_cols());
+  const cuda::KvPool pool{pool_k.get(), pool_v.get(), s.num_blocks,
+                          s.block_size, s.kv_heads,   s.head_dim};
+  cuda::qkv_norm_rope_write_kv(qkv.get(), q_norm.get(), k_norm.get(), positions.get(), slots.get(),
+                               M, s.n_heads, s.kv_heads, s.head_dim, kEps, rope, pool, q.get(),
+                               k.get(), nullptr);
+  return {q.download(), k.download(), pool_k.download(), pool_v.download()};
+}
+
+// The unfused path the engine ran before: split the columns (on the host here), head_norm_rope on
+// q and on k, then write_kv.
+QkvResult unfused_qkv(const QkvShape& s, const cuda::DeviceRopeTable& rope, const QkvStep& in) {
+  const int M = static_cast<int>(in.positions.size());
+  std::vector<bf16> q, k, v;
+  for (int m = 0; m < M; ++m) {
+    const auto row = in.qkv.begin() + static_cast<size_t>(m) * s.qkv_cols();
+    q.insert(q.end(), row, row + s.q_cols());
+    k.insert(k.end(), row + s.q_cols(), row + s.q_cols() + s.kv_cols());
+    v.insert(v.end(), row + s.q_cols() + s.kv_cols(), row + s.qkv_cols());
+  }
+  const DeviceArray<bf16> dq(q), dk(k), dv(v), q_norm(in.q_norm), k_norm(in.k_norm);
+  const DeviceArray<bf16> pool_k(in.pool_k), pool_v(in.pool_v);
+  const DeviceArray<int32_t> positions(in.positions);
+  const DeviceArray<int64_t> slots(in.slots);
+  cuda::head_norm_rope(dq.get(), q_norm.get(), positions.get(), M, s.n_heads, s.head_dim, kEps,
+                       rope, nullptr);
+  cuda::head_norm_rope(dk.get(), k_norm.get(), positions.get(), M, s.kv_heads, s.head_dim, kEps,
+                       rope, nullptr);
+  cuda::write_kv(
+      cuda::KvPool{pool_k.get(), pool_v.get(), s.num_blocks, s.block_size, s.kv_heads, s.head_dim},
+      dk.get(), dv.get(), slots.get(), M, nullptr);
+  return {dq.download(), dk.download(), pool_k.download(), pool_v.download()};
+}
+
+// M rows of random qkv (rows of different scales), random positions in the table and distinct
+// random slots; the pool holds random bits before the step.
+QkvStep random_qkv_step(const QkvShape& s, int M, uint64_t seed) {
+  QkvStep step;
+  step.qkv = scaled_rows(M, static_cast<int>(s.qkv_cols()), seed);
+  step.q_norm = random_bf16(s.head_dim, seed + 1, 1.0f);
+  step.k_norm = random_bf16(s.head_dim, seed + 2, 1.0f);
+  step.pool_k = random_bf16(s.pool_size(), seed + 3, 1.0f);
+  step.pool_v = random_bf16(s.pool_size(), seed + 4, 1.0f);
+  std::mt19937_64 rng(seed + 5);
+  std::vector<int64_t> free_slots(s.num_slots());
+  for (int i = 0; i < s.num_slots(); ++i) free_slots[i] = i;
+  std::shuffle(free_slots.begin(), free_slots.end(), rng);
+  for (int m = 0; m < M; ++m) {
+    step.positions.push_back(static_cast<int32_t>(rng() % s.max_pos));
+    step.slots.push_back(free_slots[m]);
+  }
+  return step;
+}
+
+// How many of the pool's slots differ between after and before.
+int changed_slots(const QkvShape& s, const std::vector<bf16>& after,
+                  const std::vector<bf16>& before) {
+  int changed = 0;
+  for (int slot = 0; slot < s.num_slots(); ++slot) {
+    changed +=
+        bits_of(row_of(after, slot, s.kv_cols())) != bits_of(row_of(before, slot, s.kv_cols()));
+  }
+  return changed;
+}
+
+TEST(CudaKernels, QkvNormRopeWriteKvMatchesTheUnfusedPathBitwise) {
+  BIH_SKIP_WITHOUT_GPU();
+  for (const QkvShape& s : {QkvShape{}, QkvShape{8, 2, 64, 2048, 1e4, 64, 16}}) {
+    const cpu::RopeTable table = cpu::RopeTable::make(s.head_dim, s.theta, s.max_pos);
+    const cuda::DeviceRopeTable rope = cuda::upload_rope_table(table);
+    for (int M : {1, 3, 64}) {
+      QkvStep step = random_qkv_step(s, M, 800 + M + s.head_dim);
+      // The last row is padding (its k and v stay out of the pool); at M = 64 also a slot past
+      // the pool's end (skipped the same way) and a position past the table (NaN q and k heads,
+      // and that NaN k in the pool).
+      const int poisoned = 20;
+      if (M > 1) step.slots[M - 1] = -1;
+      if (M == 64) {
+        step.slots[10] = s.num_slots();
+        step.positions[poisoned] = s.max_pos;
+      }
+      const QkvResult fused = fused_qkv(s, rope, step);
+      const QkvResult unfused = unfused_qkv(s, rope, step);
+      const std::string what = "head_dim=" + std::to_string(s.head_dim) + " M=" + std::to_string(M);
+      EXPECT_TRUE(same_bits(bits_of(fused.q), bits_of(unfused.q))) << "q " << what;
+      EXPECT_TRUE(same_bits(bits_of(fused.k), bits_of(unfused.k))) << "k " << what;
+      EXPECT_TRUE(same_bits(bits_of(fused.pool_k), bits_of(unfused.pool_k))) << "pool k " << what;
+      EXPECT_TRUE(same_bits(bits_of(fused.pool_v), bits_of(unfused.pool_v))) << "pool v " << what;
+      // The comparison saw real writes: exactly the real rows' slots changed, and row 0's v is
+      // in the pool unchanged.
+      const int real_rows = M == 64 ? M - 2 : (M > 1 ? M - 1 : M);
+      EXPECT_EQ(changed_slots(s, fused.pool_k, step.pool_k), real_rows) << what;
+      EXPECT_EQ(changed_slots(s, fused.pool_v, step.pool_v), real_rows) << what;
+      const std::vector<bf16> v0(step.qkv.begin() + s.q_cols() + s.kv_cols(),
+                                 step.qkv.begin() + s.qkv_cols());
+      EXPECT_TRUE(same_bits(
+          bits_of(row_of(fused.pool_v, static_cast<int>(step.slots[0]), s.kv_cols())), bits_of(v0)))
+          << "pool v holds row 0's v, " << what;
+      if (M == 64) {
+        const std::vector<bf16> q_row = row_of(fused.q, poisoned, s.q_cols());
+        const std::vector<bf16> k_row = row_of(fused.k, poisoned, s.kv_cols());
+        EXPECT_TRUE(std::all_of(q_row.begin(), q_row.end(), [](bf16 x) {
+          return std::isnan(bih::to_float(x));
+        })) << what;
+        EXPECT_TRUE(std::all_of(k_row.begin(), k_row.end(), [](bf16 x) {
+          return std::isnan(bih::to_float(x));
+        })) << what;
+      }
+    }
+  }
+}
+
+TEST(CudaKernels, QkvNormRopeWriteKvRowIsBatchInvariant) {
+  BIH_SKIP_WITHOUT_GPU();
+  const QkvShape s;
+  const cuda::DeviceRopeTable rope =
+      cuda::upload_rope_table(cpu::RopeTable::make(s.head_dim, s.theta, s.max_pos));
+  const std::vector<bf16> target = random_bf16(s.qkv_cols(), 851, 1.0f);
+  const int target_pos = 3001;
+  const int64_t target_slot = 77;
+  expect_row_invariant("qkv_norm_rope_write_kv", [&](int M, int pos, uint64_t seed) {
+    // Other rows: the same weights, their own qkv, positions and slots (never the target's slot).
+    QkvStep step = random_qkv_step(s, M, 900);
+    step.qkv = batch_around(target, M, pos, seed, 1.0f);
+    step.pool_k = random_bf16(s.pool_size(), seed + 1, 1.0f);
+    step.pool_v = random_bf16(s.pool_size(), seed + 2, 1.0f);
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::vector<int64_t> free_slots;
+    for (int64_t slot = 0; slot < s.num_slots(); ++slot) {
+      if (slot != target_slot) free_slots.push_back(slot);
+    }
+    std::shuffle(free_slots.begin(), free_slots.end(), rng);
+    for (int m = 0; m < M; ++m) {
+      step.positions[m] = static_cast<int32_t>(rng() % s.max_pos);
+      step.slots[m] = free_slots[m];
+    }
+    step.positions[pos] = target_pos;
+    step.slots[pos] = target_slot;
+    const QkvResult out = fused_qkv(s, rope, step);
+    std::vector<uint16_t> bits = bits_of(row_of(out.q, pos, s.q_cols()));
+    for (const std::vector<bf16>* part : {&out.k, &out.pool_k, &out.pool_v}) {
+      const bool pooled = part != &out.k;
+      const std::vector<uint16_t> b =
+          bits_of(row_of(*part, pooled ? static_cast<int>(target_slot) : pos, s.kv_cols()));
+      bits.insert(bits.end(), b.begin(), b.end());
+    }
+    return bits;
+  });
+}
+
+TEST(CudaKernels, QkvNormRopeWriteKvRejectsMismatchedShapes) {
+  BIH_SKIP_WITHOUT_GPU();
+  const QkvShape s{4, 2, 64, 32, 1e4, 4, 16};
+  const cuda::DeviceRopeTable rope =
+      cuda::upload_rope_table(cpu::RopeTable::make(s.head_dim, s.theta, s.max_pos));
+  const QkvStep step = random_qkv_step(s, 2, 950);
+  const DeviceArray<bf16> qkv(step.qkv), q_norm(step.q_norm), k_norm(step.k_norm);
+  const DeviceArray<bf16> pool_k(step.pool_k), pool_v(step.pool_v);
+  const DeviceArray<int32_t> positions(step.positions);
+  const DeviceArray<int64_t> slots(step.slots);
+  const DeviceArray<bf16> q(2 * s.q_cols()), k(2 * s.kv_cols());
+  // Every call below that must throw does so before it launches: the buffers are s's size.
+  auto run = [&](int head_dim, int kv_heads, const cuda::KvPool& pool,
+                 const cuda::DeviceRopeTable& table) {
+    cuda::qkv_norm_rope_write_kv(qkv.get(), q_norm.get(), k_norm.get(), positions.get(),
+                                 slots.get(), 2, s.n_heads, kv_heads, head_dim, kEps, table, pool,
+                                 q.get(), k.get(), nullptr);
+  };
+  const cuda::KvPool pool{pool_k.get(), pool_v.get(), s.num_blocks,
+                          s.block_size, s.kv_heads,   s.head_dim};
+  EXPECT_NO_THROW(run(s.head_dim, s.kv_heads, pool, rope));
+  cuda::synchronize(nullptr);
+  // head_dim other than the table's (pool matching or not), and beyond kMaxHeadDim with a table
+  // and a pool of that head_dim.
+  cuda::KvPool half_dim = pool;
+  half_dim.head_dim = s.head_dim / 2;
+  EXPECT_THROW(run(s.head_dim / 2, s.kv_heads, pool, rope), std::invalid_argument);
+  EXPECT_THROW(run(s.head_dim / 2, s.kv_heads, half_dim, rope), std::invalid_argument);
+  const int too_wide = 2 * cuda::kMaxHeadDim;
+  const cuda::DeviceRopeTable wide_rope =
+      cuda::upload_rope_table(cpu::RopeTable::make(too_wide, s.theta, 4));
+  cuda::KvPool wide_pool = pool;
+  wide_pool.head_dim = too_wide;
+  EXPECT_THROW(run(too_wide, s.kv_heads, wide_pool, wide_rope), std::invalid_argument);
+  // A pool of other heads or another head_dim than the step's.
+  EXPECT_THROW(run(s.head_dim, 1, pool, rope), std::invalid_argument);
+  cuda::KvPool other_dim = pool;
+  other_dim.head_dim = 2 * s.head_dim;
+  EXPECT_THROW(run(s.head_dim, s.kv_heads, other_dim, rope), std::invalid_argument);
+}
+
 // ---- silu, embedding, write_kv ------------------------------------------------------------------
 
 TEST(CudaKernels, SiluMulRowIsBatchInvariantAndAgreesWithCpu) {
