@@ -80,24 +80,50 @@ void require(bool ok, const std::string& what) {
 }
 
 // ---- norms ----------------------------------------------------------------------------------
+// Thread t owns columns t, t + kNormThreads, ... (kPerThread of them at most); it loads all its
+// operands before using any (one memory latency per row, not one per column), then sums its
+// squares in column order. kPerThread 0: any H, operands read in a loop (the general case).
 // grid [M], block [kNormThreads]. x, y: [M, H]; w: [H].
+template <int kPerThread>
 __global__ void rms_norm_kernel(const u16* x, const u16* w, u16* y, int H, float eps) {
   __shared__ float warp_sums[kNormThreads / 32];
   const u16* xr = x + static_cast<size_t>(blockIdx.x) * H;
   u16* yr = y + static_cast<size_t>(blockIdx.x) * H;
   float sum_sq = 0.0f;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    const float v = widen(xr[i]);
-    sum_sq = add(sum_sq, mul(v, v));
-  }
-  const float inv_rms = inverse_rms_from_sum(block_sum(sum_sq, warp_sums), H, eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    yr[i] = narrow(mul(round_bf16(mul(widen(xr[i]), inv_rms)), widen(w[i])));
+  if constexpr (kPerThread > 0) {
+    float v[kPerThread];
+    float wv[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * kNormThreads;
+      v[j] = i < H ? widen(xr[i]) : 0.0f;
+      wv[j] = i < H ? widen(w[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      if (threadIdx.x + j * kNormThreads < H) sum_sq = add(sum_sq, mul(v[j], v[j]));
+    }
+    const float inv_rms = inverse_rms_from_sum(block_sum(sum_sq, warp_sums), H, eps);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * kNormThreads;
+      if (i < H) yr[i] = narrow(mul(round_bf16(mul(v[j], inv_rms)), wv[j]));
+    }
+  } else {
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+      const float v = widen(xr[i]);
+      sum_sq = add(sum_sq, mul(v, v));
+    }
+    const float inv_rms = inverse_rms_from_sum(block_sum(sum_sq, warp_sums), H, eps);
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+      yr[i] = narrow(mul(round_bf16(mul(widen(xr[i]), inv_rms)), widen(w[i])));
+    }
   }
 }
 
 // grid [M], block [kNormThreads]. residual, x, y: [M, H]; w: [H]. Each thread reads back only the
 // residual elements it wrote itself, so no barrier is needed between the add and the norm.
+template <int kPerThread>
 __global__ void add_rms_norm_kernel(u16* residual, const u16* x, const u16* w, u16* y, int H,
                                     float eps) {
   __shared__ float warp_sums[kNormThreads / 32];
@@ -105,15 +131,43 @@ __global__ void add_rms_norm_kernel(u16* residual, const u16* x, const u16* w, u
   const u16* xr = x + static_cast<size_t>(blockIdx.x) * H;
   u16* yr = y + static_cast<size_t>(blockIdx.x) * H;
   float sum_sq = 0.0f;
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    const u16 r = narrow(add(widen(rr[i]), widen(xr[i])));
-    rr[i] = r;
-    const float v = widen(r);
-    sum_sq = add(sum_sq, mul(v, v));
-  }
-  const float inv_rms = inverse_rms_from_sum(block_sum(sum_sq, warp_sums), H, eps);
-  for (int i = threadIdx.x; i < H; i += blockDim.x) {
-    yr[i] = narrow(mul(round_bf16(mul(widen(rr[i]), inv_rms)), widen(w[i])));
+  if constexpr (kPerThread > 0) {
+    float r[kPerThread];
+    float xv[kPerThread];
+    float wv[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * kNormThreads;
+      r[j] = i < H ? widen(rr[i]) : 0.0f;
+      xv[j] = i < H ? widen(xr[i]) : 0.0f;
+      wv[j] = i < H ? widen(w[i]) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * kNormThreads;
+      if (i >= H) continue;
+      const u16 sum = narrow(add(r[j], xv[j]));
+      rr[i] = sum;
+      r[j] = widen(sum);
+      sum_sq = add(sum_sq, mul(r[j], r[j]));
+    }
+    const float inv_rms = inverse_rms_from_sum(block_sum(sum_sq, warp_sums), H, eps);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int i = threadIdx.x + j * kNormThreads;
+      if (i < H) yr[i] = narrow(mul(round_bf16(mul(r[j], inv_rms)), wv[j]));
+    }
+  } else {
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+      const u16 r = narrow(add(widen(rr[i]), widen(xr[i])));
+      rr[i] = r;
+      const float v = widen(r);
+      sum_sq = add(sum_sq, mul(v, v));
+    }
+    const float inv_rms = inverse_rms_from_sum(block_sum(sum_sq, warp_sums), H, eps);
+    for (int i = threadIdx.x; i < H; i += blockDim.x) {
+      yr[i] = narrow(mul(round_bf16(mul(widen(rr[i]), inv_rms)), widen(w[i])));
+    }
   }
 }
 
@@ -572,7 +626,23 @@ DeviceRopeTable& DeviceRopeTable::operator=(DeviceRopeTable&& other) noexcept {
 void rms_norm(const bf16* x, const bf16* w, bf16* y, int M, int H, float eps, Stream stream) {
   require(M >= 0 && H > 0, "rms_norm: need M >= 0 and H > 0");
   if (M == 0) return;
-  rms_norm_kernel<<<M, kNormThreads, 0, stream>>>(bits(x), bits(w), bits(y), H, eps);
+  const int per_thread = (H + kNormThreads - 1) / kNormThreads;
+  auto launch = [&](auto kernel) {
+    kernel<<<M, kNormThreads, 0, stream>>>(bits(x), bits(w), bits(y), H, eps);
+  };
+  if (per_thread <= 1) {
+    launch(rms_norm_kernel<1>);
+  } else if (per_thread <= 2) {
+    launch(rms_norm_kernel<2>);
+  } else if (per_thread <= 4) {
+    launch(rms_norm_kernel<4>);
+  } else if (per_thread <= 8) {
+    launch(rms_norm_kernel<8>);
+  } else if (per_thread <= 16) {
+    launch(rms_norm_kernel<16>);
+  } else {
+    launch(rms_norm_kernel<0>);
+  }
   check_launch();
 }
 
@@ -580,8 +650,23 @@ void add_rms_norm(bf16* residual, const bf16* x, const bf16* w, bf16* y, int M, 
                   Stream stream) {
   require(M >= 0 && H > 0, "add_rms_norm: need M >= 0 and H > 0");
   if (M == 0) return;
-  add_rms_norm_kernel<<<M, kNormThreads, 0, stream>>>(bits(residual), bits(x), bits(w), bits(y), H,
-                                                      eps);
+  const int per_thread = (H + kNormThreads - 1) / kNormThreads;
+  auto launch = [&](auto kernel) {
+    kernel<<<M, kNormThreads, 0, stream>>>(bits(residual), bits(x), bits(w), bits(y), H, eps);
+  };
+  if (per_thread <= 1) {
+    launch(add_rms_norm_kernel<1>);
+  } else if (per_thread <= 2) {
+    launch(add_rms_norm_kernel<2>);
+  } else if (per_thread <= 4) {
+    launch(add_rms_norm_kernel<4>);
+  } else if (per_thread <= 8) {
+    launch(add_rms_norm_kernel<8>);
+  } else if (per_thread <= 16) {
+    launch(add_rms_norm_kernel<16>);
+  } else {
+    launch(add_rms_norm_kernel<0>);
+  }
   check_launch();
 }
 
