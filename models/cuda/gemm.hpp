@@ -11,12 +11,12 @@
 // workspace, like cuBLAS's defaults: split-K and the tile can change with M.
 //
 // Companions: the reference is chosen for prefill sizes and is slow at small M (a 128x64 tile at
-// M=1 reads the weight with too few CTAs). The first candidate for a small-M band is the own
-// skinny tensor-core kernel (gemm_skinny.hpp: a sequential k16 mma chain per element), then the
-// cuBLASLt heuristic's. An element's bits depend only on the order in which its
-// K products are accumulated, and Hopper kernels with split-K 1 and no reduction plausibly share
-// that order (the same k-steps in K order into one fp32 accumulator) whatever their tile. So for
-// each band of M (CudaGemmOptions::companion_bands) the heuristic, asked at the band's M, may
+// M=1 reads the weight with too few CTAs). With skinny_companion, the first candidate for a
+// small-M band is the own skinny tensor-core kernel (gemm_skinny.hpp: a sequential k16 mma chain
+// per element), then the cuBLASLt heuristic's. An element's bits depend only on the order in which
+// its K products are accumulated, and Hopper kernels with split-K 1 and no reduction plausibly
+// share that order (the same k-steps in K order into one fp32 accumulator) whatever their tile. So
+// for each band of M (CudaGemmOptions::companion_bands) the heuristic, asked at the band's M, may
 // propose another configuration, filtered like the reference (split-K 1, reduction none,
 // workspace <= scheduler_workspace_bytes, AlgoCheck at every M of the band), and that
 // configuration serves the band only after it produced bit-identical outputs to the reference on
@@ -135,7 +135,9 @@ struct CudaGemmOptions {
   int companion_tries = 3;
   // Offer the own skinny tensor-core kernel (gemm_skinny.hpp) first to every band it can serve
   // (M <= kSkinnyMaxM): it serves the band only if bitwise equal to the reference, like any
-  // companion. At M=1 it reads the weights at up to twice cuBLASLt's bandwidth.
+  // companion. Off by default: on the H200 it passed the bitwise check on every qwen3-1.7b shape
+  // and band (mma.sync's k16 chain has the bits of cuBLASLt's wgmma one), but it is slower than
+  // cuBLASLt's own small-M companions (bench_cuda_gemm's Skinny/... rows).
   bool skinny_companion = false;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;

@@ -6,6 +6,7 @@
 // the outputs are compared element by element. The vendor family must show the opposite
 // somewhere on the down projection (DESIGN.md's measured fact). Accuracy is against an fp64 host
 // reference with the stated tolerance |err| <= 2^-7 |ref| + 1e-3.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -367,6 +368,46 @@ TEST(CudaGemm, SkinnyKernelRowsAreBatchInvariantAndAccurate) {
                std::invalid_argument);
   EXPECT_THROW(bih::cuda::launch_skinny_gemm(nullptr, nullptr, nullptr, 1, 8, 24, nullptr),
                std::invalid_argument);
+}
+
+// With skinny_companion on, the skinny kernel is offered first for the bands up to kSkinnyMaxM.
+// On Hopper it is accepted on every shape (measured on the H200: an mma.sync k16 chain has the
+// bits of cuBLASLt's wgmma one), and whatever serves, the outputs equal the reference's bitwise.
+TEST(CudaGemm, SkinnyCompanionServesSmallMOnHopperWithTheReferenceBits) {
+  BIH_SKIP_WITHOUT_GPU();
+  int device = 0;
+  int major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  CudaGemmOptions on;
+  on.skinny_companion = true;
+  CudaGemm with(on);
+  CudaGemmOptions off;
+  off.companions = false;
+  CudaGemm reference(off);
+  for (const Shape& s : kShapes) {
+    const GemmAlgoConfig c = with.invariant_config(s.N, s.K);
+    std::cout << "[skinny] " << s.name << ": " << c.companion_notes << "\n";
+    if (major == 9) {
+      EXPECT_TRUE(c.serving(1).skinny) << s.name << ": " << c.companion_notes;
+      EXPECT_TRUE(c.serving(bih::cuda::kSkinnyMaxM).skinny) << s.name << ": " << c.companion_notes;
+    }
+    DeviceBuffer<bf16> x(static_cast<size_t>(bih::cuda::kSkinnyMaxM) * s.K);  // [32, K]
+    DeviceBuffer<bf16> w(static_cast<size_t>(s.N) * s.K);                     // [N, K]
+    DeviceBuffer<bf16> y_with(static_cast<size_t>(bih::cuda::kSkinnyMaxM) * s.N);
+    DeviceBuffer<bf16> y_reference(static_cast<size_t>(bih::cuda::kSkinnyMaxM) * s.N);
+    bih::cuda::fill_order_sensitive_operands(x.get(), bih::cuda::kSkinnyMaxM, w.get(), s.N, s.K,
+                                             20261201, nullptr);
+    for (int m : {1, 2, 8, 9, 17, 32}) {
+      with.gemm(KernelFamily::invariant, x.get(), w.get(), y_with.get(), m, s.N, s.K, nullptr);
+      reference.gemm(KernelFamily::invariant, x.get(), w.get(), y_reference.get(), m, s.N, s.K,
+                     nullptr);
+      const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
+          y_with.get(), y_reference.get(), static_cast<size_t>(m) * s.N, nullptr);
+      EXPECT_EQ(d.count, 0u) << s.name << " M=" << m << ": first at row " << d.first / s.N
+                             << " col " << d.first % s.N;
+    }
+  }
 }
 
 TEST(CudaGemm, VendorDownProjectionRowDependsOnTheBatch) {
