@@ -194,16 +194,19 @@ class CudaBackend final : public ProbeBackend {
 
   GreedySample bind_greedy_sample(int V) override {
     struct State {
-      DeviceArray<bf16> logits;     // [M, V]
-      DeviceArray<int32_t> tokens;  // [M]
-      DeviceArray<float> logprobs;  // [M]
+      DeviceArray<bf16> logits;      // [M, V]
+      DeviceArray<int32_t> tokens;   // [M]
+      DeviceArray<float> logprobs;   // [M]
+      DeviceArray<uint8_t> scratch;  // greedy_sample_scratch_bytes(M)
     };
     auto st = std::make_shared<State>();
     return [st, V](const bf16* logits, int32_t* tokens, float* logprobs, int M) {
       st->logits.upload(logits, static_cast<size_t>(M) * V);
       st->tokens.reserve(M);
       st->logprobs.reserve(M);
-      cuda::greedy_sample(st->logits.get(), M, V, st->tokens.get(), st->logprobs.get(), nullptr);
+      st->scratch.reserve(cuda::greedy_sample_scratch_bytes(M));
+      cuda::greedy_sample(st->logits.get(), M, V, st->tokens.get(), st->logprobs.get(),
+                          st->scratch.get(), nullptr);
       st->tokens.download(tokens, M);
       st->logprobs.download(logprobs, M);
     };

@@ -22,8 +22,9 @@
 // heads), silu_mul, write_kv, embedding (token lookup in the [vocab, hidden] table; the lm_head
 // row gather is the same kernel over a [M, hidden] table), attention/<family>/ctx=<64|512> (decode
 // rows, one sequence per row; vendor splits as the engine picks them for M decode rows),
-// greedy_sample, qkv_split_copies (the three cudaMemcpy2DAsync of cuda_forward.cpp's
-// enqueue_piece as one launch: nodes_per_launch 3), and Kernel/empty/blocks=<1|1024> alone.
+// greedy_sample (its three kernels as one launch: nodes_per_launch 3), qkv_split_copies (the three
+// cudaMemcpy2DAsync of cuda_forward.cpp's enqueue_piece as one launch: nodes_per_launch 3), and
+// Kernel/empty/blocks=<1|1024> alone.
 // Last, Kernel/step_sum/<family>/ctx=<c>/M=<rows>: the non-GEMM kernels of one decode step
 // (num_layers x (2 add_rms_norm, silu_mul, qkv split, 2 head_norm_rope, write_kv, attention) +
 // embedding, rms_norm, lm_head row gather, greedy_sample) summed from the times measured above in
@@ -362,10 +363,12 @@ KernelCase greedy_sample_case(int M) {
   auto logits = random_bf16(size_t{1} * M * V, 21);  // [M, V]
   auto tokens = std::make_shared<DeviceBuffer<int32_t>>(M);
   auto logprobs = std::make_shared<DeviceBuffer<float>>(M);
+  auto scratch = std::make_shared<DeviceBuffer<uint8_t>>(cu::greedy_sample_scratch_bytes(M));
   return {[=](cudaStream_t s) {
-            cu::greedy_sample(logits->get(), M, V, tokens->get(), logprobs->get(), s);
+            cu::greedy_sample(logits->get(), M, V, tokens->get(), logprobs->get(), scratch->get(),
+                              s);
           },
-          kBf16Bytes * M * V + 8.0 * M, 1, "logits " + dims({M, V})};
+          kBf16Bytes * M * V + 8.0 * M, cu::kSampleLaunches, "logits " + dims({M, V})};
 }
 
 // [M, q | k | v] -> q [M, q_cols], k, v [M, kv_cols], as enqueue_piece splits the qkv GEMM.
@@ -461,7 +464,7 @@ void BM_StepSum(benchmark::State& state, KernelFamily family, int context, int M
       {"attention/" + bih::to_string(family) + "/ctx=" + std::to_string(context), L, 1},
       {"embedding", 2, 1},  // the token lookup and the lm_head row gather
       {"rms_norm", 1, 1},
-      {"greedy_sample", 1, 1},
+      {"greedy_sample", 1, cu::kSampleLaunches},
   };
   double step_seconds = 0.0;
   double floor_seconds = 0.0;

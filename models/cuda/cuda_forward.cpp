@@ -183,7 +183,8 @@ struct CudaForward::Impl {
     DeviceArray<bf16> selected, logits_local, gathered, logits;
     DeviceArray<int32_t> sampled;
     DeviceArray<float> logprobs;
-    cudaEvent_t ready = nullptr;   // the rank's work before a graph launch
+    DeviceArray<uint8_t> sample_scratch;  // greedy_sample_scratch_bytes(logit rows)
+    cudaEvent_t ready = nullptr;          // the rank's work before a graph launch
     cudaEvent_t joined = nullptr;  // the rank's captured work, joined back to the origin stream
   };
 
@@ -363,6 +364,7 @@ void CudaForward::Impl::reserve(const StepBatch& step) {
       r->logits.reserve(L * static_cast<size_t>(c.vocab_size));
       r->sampled.reserve(L);
       r->logprobs.reserve(L);
+      r->sample_scratch.reserve(greedy_sample_scratch_bytes(static_cast<int>(L)));
     }
   }
   const size_t input_bytes = input_offsets(row_capacity, stride, logit_capacity).end;
@@ -634,7 +636,7 @@ void CudaForward::Impl::logits_and_sample(int index, StepBatch& step) {
     return;
   }
   mark(r, step, "greedy_sample");
-  greedy_sample(logits, Ms, V, r.sampled.get(), r.logprobs.get(), s);
+  greedy_sample(logits, Ms, V, r.sampled.get(), r.logprobs.get(), r.sample_scratch.get(), s);
   mark(r, step, "sample download");
   cudaCheck(cudaMemcpyAsync(host_sampled.get(), r.sampled.get(), Ms * sizeof(int32_t),
                             cudaMemcpyDeviceToHost, s));

@@ -1,10 +1,11 @@
 // kernels.hpp: the CUDA backend's non-GEMM kernels, device twins of models/cpu/kernels.hpp.
 //
 // Same math as the CPU kernels (bf16 storage, fp32 arithmetic, HF rounding points, no fused
-// multiply-add anywhere), launched so that every output row is computed by one CUDA block with a
-// reduction order fixed by the row's own data and absolute positions: never by M, the row's index
-// in the batch, decode vs prefill, or which physical KV blocks hold its keys. All tensor pointers
-// are device pointers; every function enqueues on `stream` and returns without synchronizing.
+// multiply-add anywhere), launched so that every output row is computed by one CUDA block (the
+// sampler: a fixed number of blocks per row) with a reduction order fixed by the row's own data and
+// absolute positions: never by M, the row's index in the batch, decode vs prefill, or which
+// physical KV blocks hold its keys. All tensor pointers are device pointers; every function
+// enqueues on `stream` and returns without synchronizing.
 // Plain C++ header: callers include no CUDA header (Stream is cudaStream_t's own type).
 //
 // nvcc compiles this project's .cu files as C++17, and models/bf16.hpp needs C++20: so the core of
@@ -152,14 +153,44 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            bf16* out, Stream stream);
 
 // ---- sampling -------------------------------------------------------------------------------
-// One block per row walks the whole vocabulary (151936 at Qwen3 scale) twice, the second time
-// with an exp per entry: 1024 threads, so that a decode step's lone row keeps an SM busy.
-inline constexpr int kSampleThreads = 1024;
+// Greedy sampling over logits[M,V]: tokens[M] the argmax (ties to the lowest id; the CPU's scan,
+// NaN included: a NaN logit is never chosen unless it is logit 0, which then is) and logprobs[M]
+// its fp32 log-softmax x[best] - (x[best] + log(sum_j exp(x[j] - x[best]))), each exp term as the
+// CPU computes it, summed in a fixed tree that depends on V only (not the CPU's sequential chain,
+// so the logprob agrees with the CPU's within rounding, not bitwise).
+//
+// Three launches, so that even one row (a decode step at bs=1) spreads over the whole GPU: each row
+// is cut into kSampleBlocks slices of greedy_sample_slice_length(V) ids (whole chunks of
+// kSampleChunk ids; the last slices may be shorter or empty), and
+//   1. grid [M, kSampleBlocks]: each slice's best (value, id);
+//   2. grid [M, kSampleBlocks]: each block combines its row's slice winners into the row's, then
+//      sums its slice's exp(x - x[best]);
+//   3. grid [M]: the row's slice sums in a fixed tree, then the token and logprob.
+// The slice count is a constant, never a function of M, so a row's reduction tree is one function
+// of V, and rows are independent: bitwise the same at every M and row position.
+inline constexpr int kSampleBlocks = 128;   // slices per row: a block each in launches 1 and 2
+inline constexpr int kSampleThreads = 160;  // per block of launches 1 and 2
+inline constexpr int kSampleChunk = 8;      // ids per 16-byte load of bf16
+inline constexpr int kSampleLaunches = 3;   // kernel launches (graph nodes) per greedy_sample
 
-// Greedy sampling over logits[M,V]: tokens[M] the argmax (ties to the lowest id) and logprobs[M]
-// its fp32 log-softmax, max then sum of exp(x - max) in a fixed block tree per row.
+// Ids per slice: ceil(ceil(V / kSampleChunk) / kSampleBlocks) whole chunks. Slice b of a row holds
+// ids [b * length, min(V, (b + 1) * length)). At V = 151936: 149 chunks, one 16-byte load per
+// thread of a 160-thread block.
+inline constexpr int greedy_sample_slice_length(int V) {
+  const int64_t chunks = (int64_t{V} + kSampleChunk - 1) / kSampleChunk;
+  return static_cast<int>((chunks + kSampleBlocks - 1) / kSampleBlocks * kSampleChunk);
+}
+
+// Device scratch one greedy_sample over M rows needs (the slices' partial results): a function of
+// M alone. The caller owns it; it must not be shared with a greedy_sample that may run
+// concurrently (another stream or rank), and must be 8-byte aligned (cudaMalloc's is).
+size_t greedy_sample_scratch_bytes(int M);
+
+// logits: [M, V]; tokens, logprobs: [M]; scratch: greedy_sample_scratch_bytes(M) bytes. Any V >= 1
+// and any logits address with 2-byte alignment: rows that are 16-byte aligned are read with
+// 16-byte loads, others element by element, with the same arithmetic in the same order.
 void greedy_sample(const bf16* logits, int M, int V, int32_t* tokens, float* logprobs,
-                   Stream stream);
+                   void* scratch, Stream stream);
 
 }  // namespace bih::cuda
 
