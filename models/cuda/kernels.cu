@@ -484,11 +484,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
                      num_kv_heads,
                      head_dim,
                      h / group};
-  // The first pass's block table entries, read without waiting for the context length (every
-  // entry of the row's table is in bounds; those past the context go unused), so that the loads
-  // of context, table and q overlap.
-  const int32_t first_pass_block =
-      t / block_size < batch.block_table_stride ? keys.block_table[t / block_size] : 0;
+  // Key t's block table entry for a pass is read a pass ahead, without waiting for the context
+  // length (every entry of the row's table is in bounds; those past the context go unused): the
+  // first pass's load overlaps those of context and q, a later pass's the pass before it.
+  const auto table_entry = [&](int pos) -> int32_t {
+    return pos / block_size < batch.block_table_stride ? keys.block_table[pos / block_size] : 0;
+  };
+  int32_t pass_block = table_entry(t);
   const u16* q_head = q + static_cast<size_t>(blockIdx.x) * head_dim;
   for (int d = t; d < head_dim; d += blockDim.x) q_s[d] = widen(q_head[d]);
 
@@ -501,10 +503,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
   for (int pass_begin = 0; pass_begin < context; pass_begin += kKeysPerPass) {
     const int pass_keys = min(kKeysPerPass, context - pass_begin);
     const int pass_end = pass_begin + pass_keys;
-    if (t < pass_keys) {
-      const int pos = pass_begin + t;
-      key_offset[t] = pass_begin == 0 ? keys.offset_in(first_pass_block, pos) : keys.offset(pos);
-    }
+    if (t < pass_keys) key_offset[t] = keys.offset_in(pass_block, pass_begin + t);
+    pass_block = table_entry(pass_begin + kKeysPerPass + t);
     __syncthreads();  // key_offset (and q_s)
     stage_rows(k_s, k_stride, pool_k, key_offset, pass_keys, head_dim, vector_copies);
     commit_copies();
