@@ -148,6 +148,9 @@ struct AttentionBatch {
 // the online-softmax rescaling. vendor: decode rows split their context into vendor_splits
 // contiguous parts reduced in parallel key by key, then combined in order (flash-decoding);
 // prefill rows as invariant. Most callers want attention() below, which picks vendor_splits.
+// Each pass of up to 128 keys is staged in shared memory (66 KiB at head_dim 128, 146 KiB at 256;
+// past the 48 KiB default it is opted in once per device). attention_reference.hpp keeps the
+// previous, unstaged kernel as the bitwise reference of this one (tests only).
 void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            const AttentionBatch& batch, int M, int n_heads, int vendor_splits,
                            bf16* out, Stream stream);
