@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_skinny.hpp"
@@ -24,6 +26,16 @@ constexpr int kChunk = 64;          // k per pipeline stage: 4 mma steps
 constexpr int kPitch = kChunk + 8;  // bf16 per staged row: 144 bytes, so the 8 rows that one
                                     // ldmatrix reads start in 8 different bank quads
 
+// f(std::integral_constant<int, i>{}) for i = 0 .. kCount-1, unrolled at compile time.
+template <int kCount, class F, int... kIndex>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, kIndex...>) {
+  (f(std::integral_constant<int, kIndex>{}), ...);
+}
+template <int kCount, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl<kCount>(f, std::make_integer_sequence<int, kCount>{});
+}
+
 __device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0,
                                                uint32_t b1) {
   asm volatile(
@@ -33,20 +45,21 @@ __device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
-// l / 8 and receives, of each matrix, row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
-  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+// Four 8x8 bf16 matrices from shared memory at shared address base + kOffset bytes; lane l gives
+// the address of row l % 8 of matrix l / 8 and receives, of each matrix, row l / 4, columns
+// 2 (l % 4) and 2 (l % 4) + 1. The offset is an immediate: no address arithmetic per load.
+template <int kOffset>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t base) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
+               : "r"(base), "n"(kOffset));
 }
 
-// 16 bytes global -> shared without registers; src_bytes 0 writes zeros (rows past M).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
-  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(src),
-               "r"(src_bytes));
+// 16 bytes global -> shared (shared address base + kOffset) without registers.
+template <int kOffset>
+__device__ __forceinline__ void cp_async_16(uint32_t base, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0+%1], [%2], 16;\n" ::"r"(base), "n"(kOffset),
+               "l"(src));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
@@ -54,89 +67,104 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
 // x: [M, K]; w: [N, K]; y: [M, N], all bf16. grid [N / 8], block [32]: one warp owns weight rows
 // n0..n0+7 and every token. K goes through a kStages-deep ring of shared-memory stages of kChunk
 // k each, filled by cp.async (a warp keeps up to kStages * 2 KiB of weights in flight without
-// holding them in registers) and read into mma fragments by ldmatrix. kTokenRows (8, 16 or 32)
-// is the M the instance is built for; only the M real token rows are staged, and the fragments of
-// the others read a block of zeros.
+// holding them in registers) and read into mma fragments by ldmatrix. The ring loop is unrolled
+// kStages times, so every shared-memory offset is an immediate and a k16 step costs little more
+// than its mma: the kernel is bound by how fast one warp issues, there being as few as one warp
+// per scheduler at decode sizes. kTokenRows (8, 16 or 32) is the M the instance is built for;
+// token rows past M are zeroed once and never staged.
 template <int kTokenRows, int kStages>
 __global__ void __launch_bounds__(32)
     skinny_gemm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                        __nv_bfloat16* __restrict__ y, int M, int N, int K) {
-  constexpr int kTiles = (kTokenRows + 15) / 16;              // m16 token tiles
-  constexpr int kPieces = kChunk / 8;                         // 16-byte pieces per staged row
-  constexpr int kWeightPieces = kRowsPerWarp * kPieces / 32;  // per lane per chunk
+  constexpr int kTiles = (kTokenRows + 15) / 16;  // m16 token tiles
+  constexpr int kPieces = kChunk / 8;             // 16-byte pieces per staged row (16)
+  constexpr int kRowsPerRound = 32 / kPieces;     // rows one cp.async round of the warp covers
+  constexpr int kWeightRounds = kRowsPerWarp / kRowsPerRound;
+  constexpr int kTokenRounds = kTokenRows / kRowsPerRound;
+  constexpr int kRowBytes = kPitch * 2;
+  constexpr int kWeightSlotBytes = kRowsPerWarp * kRowBytes;
+  constexpr int kTokenSlotBytes = kTokenRows * kRowBytes;
   extern __shared__ __align__(16) __nv_bfloat16 smem[];
   __nv_bfloat16* w_stage = smem;                                    // [kStages, 8, kPitch]
   __nv_bfloat16* x_stage = smem + kStages * kRowsPerWarp * kPitch;  // [kStages, rows, kPitch]
-  __nv_bfloat16* zeros = x_stage + kStages * kTokenRows * kPitch;   // [8]
   const int lane = threadIdx.x;
   const int n0 = blockIdx.x * kRowsPerWarp;
   const int chunks = K / kChunk;
-  if (lane == 0) *reinterpret_cast<uint4*>(zeros) = make_uint4(0, 0, 0, 0);
 
-  // This lane's weight pieces: rows lane / kPieces + r * (32 / kPieces), column (lane % kPieces)
-  // * 8; their sources advance by kChunk per chunk.
+  // Token rows past M: zero in every slot, once.
+  for (int i = lane; i < kStages * kTokenRows * (kPitch / 8); i += 32) {
+    const int row = (i / (kPitch / 8)) % kTokenRows;
+    if (row >= M) reinterpret_cast<uint4*>(x_stage)[i] = make_uint4(0, 0, 0, 0);
+  }
+
+  // This lane's 16-byte pieces: row lane / kPieces (+ kRowsPerRound per round), column
+  // (lane % kPieces) * 8; sources advance by kChunk per staged chunk.
   const int piece_row = lane / kPieces;
   const int piece_col = (lane % kPieces) * 8;
-  const __nv_bfloat16* w_src = w + static_cast<size_t>(n0 + piece_row) * K + piece_col;
-  const size_t w_src_step = static_cast<size_t>(32 / kPieces) * K;
-  const int w_dst = piece_row * kPitch + piece_col;
-  constexpr int w_dst_step = (32 / kPieces) * kPitch;
-  const int x_pieces = M * kPieces;
-
-  auto stage = [&](int chunk) {
-    const int slot = chunk % kStages;
-    const size_t k0 = static_cast<size_t>(chunk) * kChunk;
-    __nv_bfloat16* w_slot = w_stage + slot * kRowsPerWarp * kPitch + w_dst;
+  const __nv_bfloat16* w_src[kWeightRounds];
 #pragma unroll
-    for (int r = 0; r < kWeightPieces; ++r) {
-      cp_async_16(w_slot + r * w_dst_step, w_src + r * w_src_step + k0, 16);
+  for (int r = 0; r < kWeightRounds; ++r) {
+    w_src[r] = w + static_cast<size_t>(n0 + piece_row + r * kRowsPerRound) * K + piece_col;
+  }
+  const __nv_bfloat16* x_src[kTokenRounds];
+  bool x_real[kTokenRounds];
+#pragma unroll
+  for (int r = 0; r < kTokenRounds; ++r) {
+    const int row = piece_row + r * kRowsPerRound;
+    x_real[r] = row < M;
+    x_src[r] = x + static_cast<size_t>(x_real[r] ? row : 0) * K + piece_col;
+  }
+  const uint32_t w_dst = shared_address(w_stage + piece_row * kPitch + piece_col);
+  const uint32_t x_dst = shared_address(x_stage + piece_row * kPitch + piece_col);
+
+  // Stages the next chunk (in order) into slot kSlot.
+  auto stage = [&](auto slot_constant) {
+    constexpr int kSlot = decltype(slot_constant)::value;
+#pragma unroll
+    for (int r = 0; r < kWeightRounds; ++r) {
+      cp_async_16<0>(w_dst + kSlot * kWeightSlotBytes + r * kRowsPerRound * kRowBytes, w_src[r]);
+      w_src[r] += kChunk;
     }
-    __nv_bfloat16* x_slot = x_stage + slot * kTokenRows * kPitch;
-    for (int piece = lane; piece < x_pieces; piece += 32) {
-      const int row = piece / kPieces;
-      const int col = (piece % kPieces) * 8;
-      cp_async_16(x_slot + row * kPitch + col, x + static_cast<size_t>(row) * K + k0 + col, 16);
+#pragma unroll
+    for (int r = 0; r < kTokenRounds; ++r) {
+      if (x_real[r]) {
+        cp_async_16<0>(x_dst + kSlot * kTokenSlotBytes + r * kRowsPerRound * kRowBytes, x_src[r]);
+      }
+      x_src[r] += kChunk;
     }
   };
 
-#pragma unroll
-  for (int c = 0; c < kStages - 1; ++c) {
-    if (c < chunks) stage(c);
-    cp_async_commit();  // empty groups too: the wait count below stays uniform
-  }
-
-  float acc[kTiles][4] = {};
-  // ldmatrix addressing: lane gives row lane % 8 of matrix lane / 8.
+  // ldmatrix bases: lane gives row lane % 8 of matrix lane / 8.
   const int matrix = lane / 8;
   const int row_in_matrix = lane % 8;
-  // A rows this lane addresses (per tile) and whether they are real token rows.
-  int a_row[kTiles];
-  bool a_real[kTiles];
-#pragma unroll
-  for (int tile = 0; tile < kTiles; ++tile) {
-    a_row[tile] = kTokenRows == 8 ? row_in_matrix : tile * 16 + (matrix % 2) * 8 + row_in_matrix;
-    a_real[tile] = a_row[tile] < M;
-  }
-  for (int c = 0; c < chunks; ++c) {
-    cp_async_wait<kStages - 2>();  // chunk c has landed (this lane's pieces)
-    __syncwarp();                  // ... and every lane's; slot (c - 1) % kStages is free
-    if (c + kStages - 1 < chunks) stage(c + kStages - 1);
-    cp_async_commit();
-    const int slot = c % kStages;
-    const __nv_bfloat16* ws = w_stage + slot * kRowsPerWarp * kPitch;
-    const __nv_bfloat16* xs = x_stage + slot * kTokenRows * kPitch;
-#pragma unroll
-    for (int pair = 0; pair < kChunk / 32; ++pair) {  // two mma steps of k16 per pair
+  // B: matrices at k 0, 8, 16, 24 of a 32-k pair: b0, b1 of two mma steps.
+  const uint32_t b_base = shared_address(w_stage + row_in_matrix * kPitch + matrix * 8);
+  // A: with 8 token rows, matrices at k 0, 8, 16, 24 (a0, a2 of two steps); otherwise per m16
+  // tile and step, matrix j covers rows 8 (j % 2) .. +7 at k 8 (j / 2): a0, a1, a2, a3.
+  const uint32_t a_base =
+      kTokenRows == 8 ? shared_address(x_stage + row_in_matrix * kPitch + matrix * 8)
+                      : shared_address(x_stage + ((matrix % 2) * 8 + row_in_matrix) * kPitch +
+                                       (matrix / 2) * 8);
+
+  float acc[kTiles][4] = {};
+  // One chunk from slot kSlot: kChunk / 32 pairs of k16 steps.
+  auto compute = [&](auto slot_constant) {
+    constexpr int kSlot = decltype(slot_constant)::value;
+    auto pair_steps = [&](auto pair_constant) {
+      constexpr int kPair = decltype(pair_constant)::value;
       uint32_t b[4];
-      ldmatrix_x4(b, ws + row_in_matrix * kPitch + pair * 32 + matrix * 8);
+      ldmatrix_x4<kSlot * kWeightSlotBytes + kPair * 64>(b, b_base);
       uint32_t a[kTiles][2][4];  // [tile][step][register]
       if constexpr (kTokenRows == 8) {
-        // Matrices (rows 0-7) at k 0, 8, 16, 24: a0, a2 of both steps; rows 8-15 are zeros.
         uint32_t r[4];
-        ldmatrix_x4(r, a_real[0] ? xs + a_row[0] * kPitch + pair * 32 + matrix * 8 : zeros);
+        ldmatrix_x4<kSlot * kTokenSlotBytes + kPair * 64>(r, a_base);
         a[0][0][0] = r[0];
         a[0][0][1] = 0u;
         a[0][0][2] = r[1];
@@ -146,16 +174,13 @@ __global__ void __launch_bounds__(32)
         a[0][1][2] = r[3];
         a[0][1][3] = 0u;
       } else {
-#pragma unroll
-        for (int tile = 0; tile < kTiles; ++tile) {
-#pragma unroll
-          for (int step = 0; step < 2; ++step) {
-            // Matrix j: rows 8 (j % 2) .. +7 of the tile, k 8 (j / 2): a0, a1, a2, a3.
-            ldmatrix_x4(a[tile][step], a_real[tile] ? xs + a_row[tile] * kPitch + pair * 32 +
-                                                          step * 16 + (matrix / 2) * 8
-                                                    : zeros);
-          }
-        }
+        static_for<kTiles>([&](auto tile_constant) {
+          constexpr int kTile = decltype(tile_constant)::value;
+          ldmatrix_x4<kSlot * kTokenSlotBytes + kTile * 16 * kRowBytes + kPair * 64>(a[kTile][0],
+                                                                                     a_base);
+          ldmatrix_x4<kSlot * kTokenSlotBytes + kTile * 16 * kRowBytes + kPair * 64 + 32>(
+              a[kTile][1], a_base);
+        });
       }
 #pragma unroll
       for (int step = 0; step < 2; ++step) {
@@ -164,7 +189,34 @@ __global__ void __launch_bounds__(32)
           mma_bf16_16816(acc[tile], a[tile][step], b[2 * step], b[2 * step + 1]);
         }
       }
-    }
+    };
+    static_for<kChunk / 32>(pair_steps);
+  };
+
+  // Prologue: chunks 0 .. kStages-2 into slots 0 .. kStages-2 (empty groups past the end keep
+  // the wait count uniform).
+  static_for<kStages - 1>([&](auto slot_constant) {
+    constexpr int kSlot = decltype(slot_constant)::value;
+    if (kSlot < chunks) stage(slot_constant);
+    cp_async_commit();
+  });
+  for (int base = 0; base < chunks; base += kStages) {
+    bool done = false;
+    static_for<kStages>([&](auto slot_constant) {
+      constexpr int kSlot = decltype(slot_constant)::value;
+      const int c = base + kSlot;
+      if (done || c >= chunks) {
+        done = true;
+        return;
+      }
+      cp_async_wait<kStages - 2>();  // chunk c has landed (this lane's pieces)
+      __syncwarp();                  // ... and every lane's; slot (c - 1) % kStages is free
+      if (c + kStages - 1 < chunks) {
+        stage(std::integral_constant<int, (kSlot + kStages - 1) % kStages>{});
+      }
+      cp_async_commit();
+      compute(slot_constant);
+    });
   }
   cp_async_wait<0>();
 
@@ -188,7 +240,7 @@ template <int kTokenRows, int kStages>
 void launch(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream) {
   constexpr size_t bytes =
       static_cast<size_t>(kStages) * (kRowsPerWarp + kTokenRows) * kPitch * sizeof(__nv_bfloat16) +
-      16;  // the zero block
+      0;
   static_assert(bytes <= 48 * 1024, "more than the default dynamic shared memory limit");
   auto* kernel = skinny_gemm_kernel<kTokenRows, kStages>;
   kernel<<<N / kRowsPerWarp, 32, bytes, stream>>>(static_cast<const __nv_bfloat16*>(x),
