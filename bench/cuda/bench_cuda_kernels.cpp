@@ -19,17 +19,18 @@
 // repeated.
 //
 // Benchmarks (Kernel/<kernel>/M=<rows>): rms_norm, add_rms_norm, head_norm_rope_q/_k (16 and 8
-// heads), silu_mul, write_kv, embedding (token lookup in the [vocab, hidden] table; the lm_head
-// row gather is the same kernel over a [M, hidden] table), attention/<family>/ctx=<64|512> (decode
-// rows, one sequence per row; vendor splits as the engine picks them for M decode rows),
-// greedy_sample (its three kernels as one launch: nodes_per_launch 3), qkv_split_copies (the three
-// cudaMemcpy2DAsync of cuda_forward.cpp's enqueue_piece as one launch: nodes_per_launch 3), and
-// Kernel/empty/blocks=<1|1024> alone.
-// Last, Kernel/step_sum/<family>/ctx=<c>/M=<rows>: the non-GEMM kernels of one decode step
-// (num_layers x (2 add_rms_norm, silu_mul, qkv split, 2 head_norm_rope, write_kv, attention) +
-// embedding, rms_norm, lm_head row gather, greedy_sample) summed from the times measured above in
-// the same run: us_per_step, nodes and launch_floor_us = nodes x empty_us (x_empty there is
-// us_per_step / launch_floor_us; for qkv_split_copies alone it compares 3 nodes with 1).
+// heads), silu_mul, write_kv, qkv_norm_rope_write_kv (the fused attention input the engine runs:
+// split, both head norms and RoPE, and the KV write in one launch), embedding (token lookup in the
+// [vocab, hidden] table; the lm_head row gather is the same kernel over a [M, hidden] table),
+// attention/<family>/ctx=<64|512> (decode rows, one sequence per row; vendor splits as the engine
+// picks them for M decode rows), greedy_sample (its three kernels as one launch: nodes_per_launch
+// 3), qkv_split_copies (the three cudaMemcpy2DAsync of cuda_forward.cpp's enqueue_piece as one
+// launch: nodes_per_launch 3), and Kernel/empty/blocks=<1|1024> alone. Last,
+// Kernel/step_sum/<family>/ctx=<c>/M=<rows>: the non-GEMM kernels of one decode step (num_layers x
+// (qkv_norm_rope_write_kv, attention, 2 add_rms_norm, silu_mul) + embedding, rms_norm, lm_head row
+// gather, greedy_sample) summed from the times measured above in the same run: us_per_step, nodes
+// and launch_floor_us = nodes x empty_us (x_empty there is us_per_step / launch_floor_us; for
+// qkv_split_copies alone it compares 3 nodes with 1).
 //
 // Run: bih_cuda_bench --benchmark_filter=Kernel (without a GPU every benchmark is skipped).
 #include <benchmark/benchmark.h>
@@ -335,6 +336,44 @@ KernelCase write_kv_case(int M) {
       kBf16Bytes * 4.0 * M * kv_cols + 8.0 * M, 1, "k, v " + dims({M, kv_cols})};
 }
 
+// The fused attention input the engine runs per layer: [M, q | k | v] split, q and k heads normed
+// and roped, and each row's k and v written to its sequence's newest slot (position
+// kMaxModelLen - 1, as write_kv_case), at that position.
+KernelCase qkv_norm_rope_write_kv_case(int M) {
+  const int hd = kConfig.head_dim;
+  const int q_cols = kConfig.num_heads * hd;
+  const int kv_cols = kConfig.num_kv_heads * hd;
+  const int qkv_cols = q_cols + 2 * kv_cols;
+  auto contexts = std::make_shared<DecodeContexts>(decode_contexts(M, kMaxModelLen));
+  auto qkv = random_bf16(size_t{1} * M * qkv_cols, 26);  // [M, qkv_cols]
+  auto q_norm = random_bf16(hd, 27, 0.5f, 1.5f);         // [hd]
+  auto k_norm = random_bf16(hd, 28, 0.5f, 1.5f);         // [hd]
+  auto q = random_bf16(size_t{1} * M * q_cols, 29);      // [M, q_cols]
+  auto k = random_bf16(size_t{1} * M * kv_cols, 30);     // [M, kv_cols]
+  const int pos = kMaxModelLen - 1;
+  auto positions = upload(std::vector<int32_t>(M, pos));  // [M]
+  std::vector<int64_t> host_slots(M);                     // [M]
+  for (int m = 0; m < M; ++m) {
+    host_slots[m] =
+        int64_t{m * contexts->blocks_per_seq + pos / kBlockSize} * kBlockSize + pos % kBlockSize;
+  }
+  auto slots = upload(host_slots);
+  auto rope = std::make_shared<cu::DeviceRopeTable>(
+      cu::upload_rope_table(bih::cpu::RopeTable::make(hd, kConfig.rope_theta, kMaxModelLen)));
+  const float eps = kConfig.rms_norm_eps;
+  // qkv in; q, k out; k and v into the pool; both norm weights; position, slot, one cos and one
+  // sin row per row.
+  const double bytes = kBf16Bytes * (1.0 * M * qkv_cols + 1.0 * M * (q_cols + kv_cols) +
+                                     2.0 * M * kv_cols + 2.0 * hd) +
+                       12.0 * M + 4.0 * M * hd;
+  return {[=](cudaStream_t s) {
+            cu::qkv_norm_rope_write_kv(qkv->get(), q_norm->get(), k_norm->get(), positions->get(),
+                                       slots->get(), M, kConfig.num_heads, kConfig.num_kv_heads, hd,
+                                       eps, *rope, contexts->pool, q->get(), k->get(), s);
+          },
+          bytes, 1, "qkv " + dims({M, qkv_cols})};
+}
+
 KernelCase attention_case(int M, KernelFamily family, int context) {
   const int n_heads = kConfig.num_heads;
   const int hd = kConfig.head_dim;
@@ -457,10 +496,7 @@ void BM_StepSum(benchmark::State& state, KernelFamily family, int context, int M
   const std::vector<std::tuple<std::string, double, int>> parts = {
       {"add_rms_norm", 2 * L, 1},
       {"silu_mul", L, 1},
-      {"qkv_split_copies", L, 3},
-      {"head_norm_rope_q", L, 1},
-      {"head_norm_rope_k", L, 1},
-      {"write_kv", L, 1},
+      {"qkv_norm_rope_write_kv", L, 1},
       {"attention/" + bih::to_string(family) + "/ctx=" + std::to_string(context), L, 1},
       {"embedding", 2, 1},  // the token lookup and the lm_head row gather
       {"rms_norm", 1, 1},
@@ -520,6 +556,7 @@ void register_kernel_benchmarks() {
         "head_norm_rope_k", [](int m) { return head_norm_rope_case(m, kConfig.num_kv_heads); }, M);
     register_kernel("silu_mul", silu_mul_case, M);
     register_kernel("write_kv", write_kv_case, M);
+    register_kernel("qkv_norm_rope_write_kv", qkv_norm_rope_write_kv_case, M);
     register_kernel("embedding", embedding_case, M);
     for (KernelFamily family : {KernelFamily::invariant, KernelFamily::vendor}) {
       for (int context : kContexts) {

@@ -437,14 +437,25 @@ __device__ __forceinline__ float staged_score(const float* q, const u16* key, in
 // max_of chain fold() walks, so scale_total, scale_part and new_max are fold()'s own values.
 // maxes: the partials' maxima; before partial 0 the total is empty or has max total_max. Not
 // for partial 0 of an empty total, which is taken as it is.
-__device__ void fold_factors(const float* maxes, int i, bool total_empty, float total_max,
-                             float* scale_total, float* scale_part, float* new_max) {
+struct FoldFactors {
+  float scale_total;
+  float scale_part;
+  float new_max;
+};
+__device__ FoldFactors fold_factors_of(const float* maxes, int i, bool total_empty,
+                                       float total_max) {
   float before = total_empty ? maxes[0] : total_max;
   for (int k = total_empty ? 1 : 0; k < i; ++k) before = max_of(before, maxes[k]);
   const float after = max_of(before, maxes[i]);
-  scale_total[i] = exp_f(sub(before, after));
-  scale_part[i] = exp_f(sub(maxes[i], after));
-  new_max[i] = after;
+  return {exp_f(sub(before, after)), exp_f(sub(maxes[i], after)), after};
+}
+// fold_factors_of() stored at index i of the three arrays.
+__device__ void fold_factors(const float* maxes, int i, bool total_empty, float total_max,
+                             float* scale_total, float* scale_part, float* new_max) {
+  const FoldFactors f = fold_factors_of(maxes, i, total_empty, total_max);
+  scale_total[i] = f.scale_total;
+  scale_part[i] = f.scale_part;
+  new_max[i] = f.new_max;
 }
 
 // The running softmax total of one thread's head dims, folded with factors from fold_factors():
@@ -498,12 +509,14 @@ struct KeyView {
 };
 
 // grid [M * n_heads], block [kAttentionThreads], dynamic shared memory attention_smem_bytes(
-// head_dim, vendor). q: [M, n_heads, head_dim]; out: same shape. vector_copies: head_dim % 8 == 0
-// and both pools 16-byte aligned.
-__global__ void __launch_bounds__(kAttentionThreads)
+// head_dim, kVendor). q: [M, n_heads, head_dim]; out: same shape. vector_copies: head_dim % 8 ==
+// 0 and both pools 16-byte aligned. One instantiation per family: the invariant one carries no
+// flash-decoding code (a smaller kernel, fewer instruction-cache misses).
+template <bool kVendor>
+__global__ void __launch_bounds__(kAttentionThreads, 1)
     attention_kernel(const u16* q, const u16* pool_k, const u16* pool_v, int block_size,
                      int num_kv_heads, int head_dim, AttentionBatch batch, int n_heads, int group,
-                     float scale, bool vendor, int vendor_splits, bool vector_copies, u16* out) {
+                     float scale, int vendor_splits, bool vector_copies, u16* out) {
   extern __shared__ __align__(16) unsigned char attention_smem[];
   __shared__ __align__(16) float q_s[kMaxHeadDim];
   __shared__ size_t key_offset[kKeysPerPass];  // the pass's keys' row offsets in the pools
@@ -513,6 +526,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   __shared__ float running_max[kKeysPerPass];  // vendor: its part's max after each key
   __shared__ float tile_max[kTilesPerPass];
   __shared__ float tile_sum[kTilesPerPass];
+  __shared__ __align__(16) float tile_acc[kTilesPerPass][kMaxHeadDim];  // tiles' weighted V sums
   __shared__ float fold_scale_total[kMaxVendorSplits];  // per tile or part, from fold_factors
   __shared__ float fold_scale_part[kMaxVendorSplits];
   __shared__ float fold_max[kMaxVendorSplits];
@@ -531,7 +545,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int lane = t % 32;
   const int warp = t / 32;
   const int context = batch.context_lens[row];
-  const bool split = vendor && batch.decode[row] != 0;
+  const bool split = kVendor && batch.decode[row] != 0;
   const KeyView keys{pool_k,
                      pool_v,
                      batch.block_tables + static_cast<size_t>(row) * batch.block_table_stride,
@@ -551,7 +565,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
 
   // Vendor (flash-decoding): `parts` contiguous parts of `chunk` keys, each reduced key by key
   // (by warp part % kWarpsPerBlock), its state kept in part_max/part_sum/part_acc between passes.
-  const int chunk = split ? (context + vendor_splits - 1) / vendor_splits : 0;
+  const int chunk = split ? (context + vendor_splits - 1) / vendor_splits : 1;
   const int parts = split && context > 0 ? (context + chunk - 1) / chunk : 0;
 
   FoldedSoftmax<kDimsPerThread> total;
@@ -647,59 +661,77 @@ __global__ void __launch_bounds__(kAttentionThreads)
       }
     } else {
       // Invariant: tiles of kAttentionTile absolute positions. Each key's tile max (every key of
-      // a tile computes the same value), then its weight.
+      // a tile computes the same value, the tile's scores loaded before the max_of chain), then
+      // its weight.
       const int tiles = (pass_keys + kAttentionTile - 1) / kAttentionTile;
       if (t < pass_keys) {
         const int tile_begin = t - t % kAttentionTile;
-        const int tile_end = min(pass_keys, tile_begin + kAttentionTile);
+        const int tile_keys = min(kAttentionTile, pass_keys - tile_begin);
+        float tile_scores[kAttentionTile];  // past tile_keys: stale, unused
+#pragma unroll
+        for (int p = 0; p < kAttentionTile; ++p) tile_scores[p] = scores[tile_begin + p];
         float m = -INFINITY;
-        for (int p = tile_begin; p < tile_end; ++p) m = max_of(m, scores[p]);
+#pragma unroll
+        for (int p = 0; p < kAttentionTile; ++p) {
+          if (p < tile_keys) m = max_of(m, tile_scores[p]);
+        }
         if (t == tile_begin) tile_max[t / kAttentionTile] = m;
         weights[t] = exp_f(sub(scores[t], m));
       }
-      __syncthreads();
-      // Per tile, in parallel: its fold factors (warp 0) and its sum of weights in key order
-      // (warp 1).
-      if (t < tiles) {
-        if (!(total.empty && t == 0)) {
-          fold_factors(tile_max, t, total.empty, total.max, fold_scale_total, fold_scale_part,
-                       fold_max);
-        }
-      } else if (warp == 1 && lane < tiles) {
-        const int tile_begin = lane * kAttentionTile;
-        const int tile_end = min(pass_keys, tile_begin + kAttentionTile);
-        float s = 0.0f;
-        for (int p = tile_begin; p < tile_end; ++p) s = add(s, weights[p]);
-        tile_sum[lane] = s;
-      }
       wait_copies<0>();
-      __syncthreads();  // V, factors, sums
-      // Every tile's weighted V sum of this thread's dims, each in key order; the tiles' chains
-      // are independent, so they interleave.
-      float tile_acc[kTilesPerPass][kDimsPerThread] = {};
+      __syncthreads();  // weights, tile maxima, V
+      // Warp w builds whole tiles w, w + kWarpsPerBlock, ... into shared partials: the tile's fold
+      // factors, its sum of weights in key order, and its weighted V sums, each dim's in key order
+      // (lane: 4 adjacent dims in every 128). Tiles are independent; only their fold is serial.
+      for (int tile = warp; tile < tiles; tile += kWarpsPerBlock) {
+        const int tile_begin = tile * kAttentionTile;
+        const int tile_keys = min(kAttentionTile, pass_keys - tile_begin);
+        float w[kAttentionTile];  // past tile_keys: stale, unused
 #pragma unroll
-      for (int p = 0; p < kAttentionTile; ++p) {
+        for (int p = 0; p < kAttentionTile; ++p) w[p] = weights[tile_begin + p];
+        float sum = 0.0f;
 #pragma unroll
-        for (int tile = 0; tile < kTilesPerPass; ++tile) {
-          const int k = tile * kAttentionTile + p;
-          if (k < pass_keys) {
-            const float w = weights[k];
+        for (int p = 0; p < kAttentionTile; ++p) {
+          if (p < tile_keys) sum = add(sum, w[p]);
+        }
+        // Every lane computes the (warp-uniform) factors, so no lane waits on another's branch.
+        FoldFactors factors{};
+        if (!(total.empty && tile == 0)) {
+          factors = fold_factors_of(tile_max, tile, total.empty, total.max);
+        }
+        if (lane == 0) {
+          tile_sum[tile] = sum;
+          fold_scale_total[tile] = factors.scale_total;
+          fold_scale_part[tile] = factors.scale_part;
+          fold_max[tile] = factors.new_max;
+        }
+#pragma unroll 1
+        for (int d0 = 4 * lane; d0 < head_dim; d0 += 128) {
+          float a[4] = {};
 #pragma unroll
-            for (int j = 0; j < kDimsPerThread; ++j) {
-              const int d = t + j * kAttentionThreads;
-              if (d < head_dim) {
-                tile_acc[tile][j] = add(tile_acc[tile][j], mul(w, widen(v_s[k * v_stride + d])));
-              }
+          for (int p = 0; p < kAttentionTile; ++p) {
+            // little endian: dim d0 + 2i is the low half of 32-bit word i
+            const uint2 piece =
+                *reinterpret_cast<const uint2*>(v_s + (tile_begin + p) * v_stride + d0);
+            if (p < tile_keys) {
+              a[0] = add(a[0], mul(w[p], __uint_as_float(piece.x << 16)));
+              a[1] = add(a[1], mul(w[p], __uint_as_float(piece.x & 0xffff0000u)));
+              a[2] = add(a[2], mul(w[p], __uint_as_float(piece.y << 16)));
+              a[3] = add(a[3], mul(w[p], __uint_as_float(piece.y & 0xffff0000u)));
             }
           }
+          *reinterpret_cast<float4*>(&tile_acc[tile][d0]) = make_float4(a[0], a[1], a[2], a[3]);
         }
       }
+      __syncthreads();  // tile partials and factors
+      // The tiles folded in order into the total, each thread its own dims.
+      for (int tile = 0; tile < tiles; ++tile) {
+        float part[kDimsPerThread];
 #pragma unroll
-      for (int tile = 0; tile < kTilesPerPass; ++tile) {
-        if (tile < tiles) {
-          total.fold(tile_max[tile], tile_sum[tile], tile_acc[tile], fold_scale_total[tile],
-                     fold_scale_part[tile], fold_max[tile]);
-        }
+        for (int j = 0; j < kDimsPerThread; ++j)
+          part[j] = tile_acc[tile][t + j * kAttentionThreads];
+        total.fold(tile_max[tile], tile_sum[tile], part, fold_scale_total[tile],
+                   fold_scale_part[tile], fold_max[tile]);
       }
     }
     __syncthreads();  // the pass's shared arrays are rewritten by the next pass
@@ -1283,13 +1315,14 @@ void check_attention_args(const KvPool& kv, int M, int n_heads, int vendor_split
 // Lets attention_kernel launch with `bytes` of dynamic shared memory on the current device. Past
 // the 48 KiB default that takes an opt-in per device, made once per size increase (the call
 // synchronizes the runtime, so not on every launch).
+template <bool kVendor>
 void allow_attention_smem(size_t bytes) {
   constexpr size_t kDefaultDynamicSmem = 48 * 1024;
   if (bytes <= kDefaultDynamicSmem) return;
   int device = 0;
   cudaCheck(cudaGetDevice(&device));
   static std::mutex mutex;
-  static std::vector<size_t> allowed;  // per device
+  static std::vector<size_t> allowed;  // per device, for this instantiation
   const std::lock_guard<std::mutex> lock(mutex);
   if (allowed.size() <= static_cast<size_t>(device)) allowed.resize(device + 1, 0);
   if (allowed[device] >= bytes) return;
@@ -1297,8 +1330,9 @@ void allow_attention_smem(size_t bytes) {
   // so this thread's capture mode is relaxed around the call, then restored.
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
-  const cudaError_t set = cudaFuncSetAttribute(
-      attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t set =
+      cudaFuncSetAttribute(attention_kernel<kVendor>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
   cudaCheck(set);
   allowed[device] = bytes;
@@ -1317,10 +1351,18 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
   const bool vector_copies = kv.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                              reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
   const size_t smem = attention_smem_bytes(kv.head_dim, vendor);
-  allow_attention_smem(smem);
-  attention_kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem, stream>>>(
-      bits(q), bits(kv.k), bits(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim, batch, n_heads,
-      n_heads / kv.num_kv_heads, scale, vendor, vendor_splits, vector_copies, bits(out));
+  const auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem, stream>>>(
+        bits(q), bits(kv.k), bits(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim, batch,
+        n_heads, n_heads / kv.num_kv_heads, scale, vendor_splits, vector_copies, bits(out));
+  };
+  if (vendor) {
+    allow_attention_smem<true>(smem);
+    launch(attention_kernel<true>);
+  } else {
+    allow_attention_smem<false>(smem);
+    launch(attention_kernel<false>);
+  }
   check_launch();
 }
 

@@ -1,15 +1,16 @@
 // test_cuda_attention_reference.cpp: the staged CUDA attention kernel (attention_with_splits)
 // against the kernel it replaced (attention_with_splits_reference), bit for bit.
 //
-// The rewrite stages K and V in shared memory and computes the softmax factors once, in parallel,
-// while keeping every operation and its order; so every input must give the same output bits
-// from both kernels, in both families. Covered: head_dim 128 (qwen3), 64, 256, 72 (unpadded key
-// rows) and 100 and 8 (element-wise staging), a misaligned pool (element-wise staging at 128), GQA
-// groups 1 to 8, block sizes 1, 5, 7 and 16 (tiles straddling blocks), every context 0..600 plus
-// longer ones (1 to 10 passes of 128 keys), decode and prefill rows, a chunked prefill of one
-// sequence, M 1, 3 and 64, vendor splits 1, 2, 3, 5 and 16 (parts crossing and meeting pass
-// edges), large queries (weights underflowing to 0), repeated blocks (tied scores), and inputs
-// holding NaN, infinities and signed zeros.
+// The rewrite stages K and V in shared memory, computes the softmax factors once, in parallel, and
+// (invariant) builds each tile's partial sums in one warp, the tiles' warps in parallel, while
+// keeping every operation and its order; so every input must give the same output bits from both
+// kernels, in both families. Covered: head_dim 128 (qwen3), 64, 256, 72 (unpadded key rows), 200 (a
+// partial second 128), 100, 8, 10 and 254 (element-wise staging; 10 and 254 no multiple of 4), a
+// misaligned pool (element-wise staging at 128), GQA groups 1 to 8, block sizes 1, 5, 7 and 16
+// (tiles straddling blocks), every context 0..600 plus longer ones (1 to 10 passes of 128 keys),
+// decode and prefill rows, a chunked prefill of one sequence, M 1, 3 and 64, vendor splits 1, 2, 3,
+// 5 and 16 (parts crossing and meeting pass edges), large queries (weights underflowing to 0),
+// repeated blocks (tied scores), and inputs holding NaN, infinities and signed zeros.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -249,6 +250,11 @@ TEST(CudaAttentionReference, OtherShapesMatchTheReferenceKernel) {
       {"16/8 hd128 bs16 large q", 16, 8, 128, 16, 256, 80, 24.0f},
       {"16/8 hd128 bs16 special values", 16, 8, 128, 16, 256, 80, 1.5f, false, true},
       {"8/4 hd64 bs16 special values", 8, 4, 64, 16, 128, 80, 4.0f, false, true},
+      // Weighted V sums in 4-dim lane groups per 128 dims: a head_dim that is no multiple of 4,
+      // below one lane group's reach and in a second, partial group of 128.
+      {"3/1 hd10 bs3", 3, 1, 10, 3, 200, 430, 1.5f},
+      {"4/2 hd200 bs16", 4, 2, 200, 16, 96, 80, 1.5f},
+      {"2/2 hd254 bs16 special values", 2, 2, 254, 16, 96, 80, 1.5f, false, true},
   };
   uint64_t seed = 31;
   for (const Shape& s : shapes) {
