@@ -18,7 +18,8 @@
 // bytes it reads per second (weight_TBps) and speedup = vendor time / skinny time.
 //
 // Flags: --pin_m=N (the reference's heuristic M), --companions=0 (the reference for every M, as
-// before companions), --skinny=0 (no skinny companion), --ms=1,64,512,4096 (the Ms measured).
+// before companions), --skinny=N (the skinny kernel offered to bands up to M=N), --ms=1,64,512,4096
+// (the Ms measured).
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -225,17 +226,17 @@ int main(int argc, char** argv) {
     } else if (arg.rfind("--companions=", 0) == 0) {
       g_options.companions = std::stoi(arg.substr(13)) != 0;
     } else if (arg.rfind("--skinny=", 0) == 0) {
-      g_options.skinny_companion = std::stoi(arg.substr(9)) != 0;
+      g_options.skinny_max_m = std::stoi(arg.substr(9));
     } else if (arg.rfind("--ms=", 0) == 0) {
       g_ms.clear();
       std::istringstream list(arg.substr(5));
       for (std::string m; std::getline(list, m, ',');) g_ms.push_back(std::stoi(m));
     } else {
-      std::fprintf(
-          stderr,
-          "bih_cuda_bench: unknown argument %s (valid: --pin_m=N, --companions=0|1, --skinny=0|1, "
-          "--ms=M,M,...)\n",
-          argv[i]);
+      std::fprintf(stderr,
+                   "bih_cuda_bench: unknown argument %s (valid: --pin_m=N, --companions=0|1, "
+                   "--skinny=MAX_M, "
+                   "--ms=M,M,...)\n",
+                   argv[i]);
       return 2;
     }
   }

@@ -697,7 +697,7 @@ struct CudaGemm::Impl {
     Rejections rejections;
     std::string differed;  // " [candidate: how it differed]" for each one compared
     int compared = 0;
-    if (options.skinny_companion && skinny_gemm_supports(band.last_m, N, K) &&
+    if (band.last_m <= options.skinny_max_m && skinny_gemm_supports(band.last_m, N, K) &&
         differs.count("skinny") == 0) {
       const EquivalenceCheck::Outcome outcome = check.compare_skinny(p.algo, ms);
       if (outcome.equal_at_all(ms.size())) {
@@ -911,6 +911,9 @@ CudaGemm::CudaGemm(CudaGemmOptions options) : impl_(std::make_unique<Impl>()) {
   }
   if (options.companion_tries < 0) {
     throw std::invalid_argument("CudaGemmOptions: companion_tries must be >= 0");
+  }
+  if (const char* skinny = std::getenv("BIH_GEMM_SKINNY_MAX_M")) {
+    options.skinny_max_m = std::atoi(skinny);
   }
   impl_->bands = resolve_bands(options);
   impl_->options = std::move(options);

@@ -11,7 +11,7 @@
 // workspace, like cuBLAS's defaults: split-K and the tile can change with M.
 //
 // Companions: the reference is chosen for prefill sizes and is slow at small M (a 128x64 tile at
-// M=1 reads the weight with too few CTAs). With skinny_companion, the first candidate for a
+// M=1 reads the weight with too few CTAs). With skinny_max_m, the first candidate for a
 // small-M band is the own skinny tensor-core kernel (gemm_skinny.hpp: a sequential k16 mma chain
 // per element), then the cuBLASLt heuristic's. An element's bits depend only on the order in which
 // its K products are accumulated, and Hopper kernels with split-K 1 and no reduction plausibly
@@ -129,16 +129,22 @@ struct CudaGemmOptions {
   // Sorted, disjoint. Decode batches (1..128) take the heuristic's small-M tiles; 129..2047 stay
   // with the reference (chosen at pin_m = 512); 2048..max_m take the heuristic's choice at max_m
   // (measured: the reference reaches only ~0.8x cuBLAS at M=4096 for N=2048).
-  std::vector<GemmBand> companion_bands = {
-      {1, 8, 1}, {9, 32, 16}, {33, 128, 64}, {2048, GemmBand::kUpToMaxM, GemmBand::kUpToMaxM}};
+  // M=1 (a lone decode row) is a band of its own, so that it can take a kernel that only wins
+  // there.
+  std::vector<GemmBand> companion_bands = {{1, 1, 1},
+                                           {2, 8, 1},
+                                           {9, 32, 16},
+                                           {33, 128, 64},
+                                           {2048, GemmBand::kUpToMaxM, GemmBand::kUpToMaxM}};
   // Candidates per band whose bits are compared with the reference before the band gives up.
   int companion_tries = 3;
-  // Offer the own skinny tensor-core kernel (gemm_skinny.hpp) first to every band it can serve
-  // (M <= kSkinnyMaxM): it serves the band only if bitwise equal to the reference, like any
-  // companion. Off by default: on the H200 it passed the bitwise check on every qwen3-1.7b shape
-  // and band (mma.sync's k16 chain has the bits of cuBLASLt's wgmma one), but it is slower than
-  // cuBLASLt's own small-M companions (bench_cuda_gemm's Skinny/... rows).
-  bool skinny_companion = false;
+  // Offer the own skinny tensor-core kernel (gemm_skinny.hpp) first to every band whose last M is
+  // at most this (0: never; bands past kSkinnyMaxM never): it serves a band only if bitwise equal
+  // to the reference, like any companion. On the H200 it passed that check on every qwen3-1.7b
+  // shape and band (mma.sync's k16 chain has the bits of cuBLASLt's wgmma one); whether it is
+  // faster than cuBLASLt's small-M companions is bench_cuda_gemm's Skinny/... rows. The
+  // environment variable BIH_GEMM_SKINNY_MAX_M overrides this (to compare whole decode steps).
+  int skinny_max_m = 0;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;
 };

@@ -262,7 +262,9 @@ TEST(CudaGemm, DescribeNamesTheMRangesOfThePinnedCompanions) {
     EXPECT_FALSE(c.companion_notes.empty()) << s.name;
     for (const GemmCompanion& companion : c.companions) {
       const std::string range =
-          "M=" + std::to_string(companion.first_m) + ".." + std::to_string(companion.last_m) + ": ";
+          "M=" + std::to_string(companion.first_m) +
+          (companion.last_m == companion.first_m ? "" : ".." + std::to_string(companion.last_m)) +
+          ": ";
       EXPECT_NE(d.find(range), std::string::npos) << s.name << ": " << d;
       EXPECT_NE(
           d.find("(bitwise = reference on " + std::to_string(companion.tested_ms.size()) + " Ms)"),
@@ -370,7 +372,7 @@ TEST(CudaGemm, SkinnyKernelRowsAreBatchInvariantAndAccurate) {
                std::invalid_argument);
 }
 
-// With skinny_companion on, the skinny kernel is offered first for the bands up to kSkinnyMaxM.
+// With skinny_max_m = kSkinnyMaxM, the skinny kernel is offered first for every band up to it.
 // On Hopper it is accepted on every shape (measured on the H200: an mma.sync k16 chain has the
 // bits of cuBLASLt's wgmma one), and whatever serves, the outputs equal the reference's bitwise.
 TEST(CudaGemm, SkinnyCompanionServesSmallMOnHopperWithTheReferenceBits) {
@@ -380,7 +382,7 @@ TEST(CudaGemm, SkinnyCompanionServesSmallMOnHopperWithTheReferenceBits) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
   CudaGemmOptions on;
-  on.skinny_companion = true;
+  on.skinny_max_m = bih::cuda::kSkinnyMaxM;
   CudaGemm with(on);
   CudaGemmOptions off;
   off.companions = false;
