@@ -55,12 +55,11 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t base) {
                : "r"(base), "n"(kOffset));
 }
 
-// 16 bytes global (src + kSrcOffset bytes) -> shared (shared address base + kDstOffset) without
-// registers; both offsets are immediates.
-template <int kDstOffset, int kSrcOffset>
+// 16 bytes global -> shared (shared address base + kOffset) without registers.
+template <int kOffset>
 __device__ __forceinline__ void cp_async_16(uint32_t base, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0+%1], [%2+%3], 16;\n" ::"r"(base), "n"(kDstOffset),
-               "l"(src), "n"(kSrcOffset));
+  asm volatile("cp.async.cg.shared.global [%0+%1], [%2], 16;\n" ::"r"(base), "n"(kOffset),
+               "l"(src));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
@@ -85,11 +84,10 @@ __global__ void __launch_bounds__(32)
     skinny_gemm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                        __nv_bfloat16* __restrict__ y, int M, int N, int K) {
   constexpr int kTiles = (kTokenRows + 15) / 16;  // m16 token tiles
-  // Staging: lane l owns row l / 4 (+ 8 per round for token tiles) and the 16-byte pieces at
-  // bytes 16 (l % 4) + 64 j of the chunk, j = 0..3: four lanes cover 64 contiguous bytes of a row
-  // per cp.async, and a lane's four pieces sit at immediate offsets from one pointer.
-  constexpr int kPiecesPerLane = kChunk / 8 / 4;  // 4
-  constexpr int kTokenRounds = kTokenRows / 8;    // 8-row rounds of token rows
+  constexpr int kPieces = kChunk / 8;             // 16-byte pieces per staged row (16)
+  constexpr int kRowsPerRound = 32 / kPieces;     // rows one cp.async round of the warp covers
+  constexpr int kWeightRounds = kRowsPerWarp / kRowsPerRound;
+  constexpr int kTokenRounds = kTokenRows / kRowsPerRound;
   constexpr int kRowBytes = kPitch * 2;
   constexpr int kWeightSlotBytes = kRowsPerWarp * kRowBytes;
   constexpr int kTokenSlotBytes = kTokenRows * kRowBytes;
@@ -106,37 +104,41 @@ __global__ void __launch_bounds__(32)
     if (row >= M) reinterpret_cast<uint4*>(x_stage)[i] = make_uint4(0, 0, 0, 0);
   }
 
-  const int piece_row = lane / 4;
-  const int piece_col = (lane % 4) * 8;
-  const __nv_bfloat16* w_src = w + static_cast<size_t>(n0 + piece_row) * K + piece_col;
-  const __nv_bfloat16* x_src = x + static_cast<size_t>(piece_row) * K + piece_col;
-  const size_t x_round_stride = static_cast<size_t>(8) * K;  // elements between 8-row rounds
+  // This lane's 16-byte pieces: row lane / kPieces (+ kRowsPerRound per round), column
+  // (lane % kPieces) * 8; sources advance by kChunk per staged chunk.
+  const int piece_row = lane / kPieces;
+  const int piece_col = (lane % kPieces) * 8;
+  const __nv_bfloat16* w_src[kWeightRounds];
+#pragma unroll
+  for (int r = 0; r < kWeightRounds; ++r) {
+    w_src[r] = w + static_cast<size_t>(n0 + piece_row + r * kRowsPerRound) * K + piece_col;
+  }
+  const __nv_bfloat16* x_src[kTokenRounds];
   bool x_real[kTokenRounds];
 #pragma unroll
-  for (int r = 0; r < kTokenRounds; ++r) x_real[r] = piece_row + 8 * r < M;
+  for (int r = 0; r < kTokenRounds; ++r) {
+    const int row = piece_row + r * kRowsPerRound;
+    x_real[r] = row < M;
+    x_src[r] = x + static_cast<size_t>(x_real[r] ? row : 0) * K + piece_col;
+  }
   const uint32_t w_dst = shared_address(w_stage + piece_row * kPitch + piece_col);
   const uint32_t x_dst = shared_address(x_stage + piece_row * kPitch + piece_col);
 
   // Stages the next chunk (in order) into slot kSlot.
   auto stage = [&](auto slot_constant) {
     constexpr int kSlot = decltype(slot_constant)::value;
-    static_for<kPiecesPerLane>([&](auto piece_constant) {
-      constexpr int kPiece = decltype(piece_constant)::value;
-      cp_async_16<kSlot * kWeightSlotBytes + kPiece * 64, kPiece * 64>(w_dst, w_src);
-    });
-    w_src += kChunk;
-    static_for<kTokenRounds>([&](auto round_constant) {
-      constexpr int kRound = decltype(round_constant)::value;
-      if (x_real[kRound]) {
-        const __nv_bfloat16* src = x_src + kRound * x_round_stride;
-        static_for<kPiecesPerLane>([&](auto piece_constant) {
-          constexpr int kPiece = decltype(piece_constant)::value;
-          cp_async_16<kSlot * kTokenSlotBytes + kRound * 8 * kRowBytes + kPiece * 64, kPiece * 64>(
-              x_dst, src);
-        });
+#pragma unroll
+    for (int r = 0; r < kWeightRounds; ++r) {
+      cp_async_16<0>(w_dst + kSlot * kWeightSlotBytes + r * kRowsPerRound * kRowBytes, w_src[r]);
+      w_src[r] += kChunk;
+    }
+#pragma unroll
+    for (int r = 0; r < kTokenRounds; ++r) {
+      if (x_real[r]) {
+        cp_async_16<0>(x_dst + kSlot * kTokenSlotBytes + r * kRowsPerRound * kRowBytes, x_src[r]);
       }
-    });
-    x_src += kChunk;
+      x_src[r] += kChunk;
+    }
   };
 
   // ldmatrix bases: lane gives row lane % 8 of matrix lane / 8.
