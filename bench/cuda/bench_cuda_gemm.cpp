@@ -35,6 +35,7 @@
 #include "models/bf16.hpp"
 #include "models/config.hpp"
 #include "models/cuda/check.hpp"
+#include "models/cuda/cuda_handles.hpp"
 #include "models/cuda/device_info.hpp"
 #include "models/cuda/gemm.hpp"
 #include "models/cuda/gemm_skinny.hpp"
@@ -86,117 +87,101 @@ size_t l2_bytes() {
   return static_cast<size_t>(bytes);
 }
 
-// Average seconds per GEMM over `reps` launches, rotating over the buffer sets.
-double time_family(KernelFamily family, const std::vector<std::unique_ptr<DeviceBf16>>& xs,
-                   const std::vector<std::unique_ptr<DeviceBf16>>& ws, bf16* y, int M,
-                   const Shape& s, int reps, cudaEvent_t start, cudaEvent_t stop) {
-  auto& gemm = shared_gemm();
-  cudaCheck(cudaEventRecord(start, nullptr));
-  for (int i = 0; i < reps; ++i) {
-    const size_t set = static_cast<size_t>(i) % ws.size();
-    gemm.gemm(family, xs[set]->p, ws[set]->p, y, M, s.N, s.K, nullptr);
+// One (shape, M)'s operands: enough copies of the weight and activations to exceed twice the L2
+// cache (at most 8), so small shapes are read from HBM as in a decode step; the output; and the
+// timing events.
+struct Operands {
+  Operands(const Shape& shape, int m) : s(shape), M(m) {
+    const size_t x_elems = static_cast<size_t>(M) * s.K;    // [M, K]
+    const size_t w_elems = static_cast<size_t>(s.N) * s.K;  // [N, K]
+    const size_t set_bytes = (x_elems + w_elems) * sizeof(bf16);
+    const size_t sets = std::clamp<size_t>((2 * l2_bytes() + set_bytes - 1) / set_bytes, 1, 8);
+    for (size_t i = 0; i < sets; ++i) {
+      xs.push_back(std::make_unique<DeviceBf16>(x_elems));
+      ws.push_back(std::make_unique<DeviceBf16>(w_elems));
+    }
+    y = std::make_unique<DeviceBf16>(static_cast<size_t>(M) * s.N);  // [M, N]
   }
-  cudaCheck(cudaEventRecord(stop, nullptr));
-  cudaCheck(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-  return ms * 1e-3 / reps;
-}
+  int sets() const { return static_cast<int>(ws.size()); }
+  size_t weight_bytes() const { return static_cast<size_t>(s.N) * s.K * sizeof(bf16); }
 
-// Average seconds per launch of the own skinny kernel, rotating over the buffer sets.
-double time_skinny(const std::vector<std::unique_ptr<DeviceBf16>>& xs,
-                   const std::vector<std::unique_ptr<DeviceBf16>>& ws, bf16* y, int M,
-                   const Shape& s, int reps, cudaEvent_t start, cudaEvent_t stop) {
-  cudaCheck(cudaEventRecord(start, nullptr));
-  for (int i = 0; i < reps; ++i) {
-    const size_t set = static_cast<size_t>(i) % ws.size();
-    bih::cuda::launch_skinny_gemm(xs[set]->p, ws[set]->p, y, M, s.N, s.K, nullptr);
+  // Average seconds per launch of run(x, w, y) over `reps` launches, rotating over the sets.
+  template <class Run>
+  double time(int reps, Run&& run) const {
+    cudaCheck(cudaEventRecord(start.get(), nullptr));
+    for (int i = 0; i < reps; ++i) {
+      const size_t set = static_cast<size_t>(i) % ws.size();
+      run(xs[set]->p, ws[set]->p, y->p);
+    }
+    cudaCheck(cudaEventRecord(stop.get(), nullptr));
+    cudaCheck(cudaEventSynchronize(stop.get()));
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    return ms * 1e-3 / reps;
   }
-  cudaCheck(cudaEventRecord(stop, nullptr));
-  cudaCheck(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-  return ms * 1e-3 / reps;
-}
+  double time_family(KernelFamily family, int reps) const {
+    return time(reps, [&](const bf16* x, const bf16* w, bf16* out) {
+      shared_gemm().gemm(family, x, w, out, M, s.N, s.K, nullptr);
+    });
+  }
+  double time_skinny(int reps) const {
+    return time(reps, [&](const bf16* x, const bf16* w, bf16* out) {
+      bih::cuda::launch_skinny_gemm(x, w, out, M, s.N, s.K, nullptr);
+    });
+  }
+
+  Shape s;
+  int M;
+  std::vector<std::unique_ptr<DeviceBf16>> xs;  // [sets] of [M, K]
+  std::vector<std::unique_ptr<DeviceBf16>> ws;  // [sets] of [N, K]
+  std::unique_ptr<DeviceBf16> y;                // [M, N]
+  bih::cuda::OwnedEvent start{cudaEventDefault};
+  bih::cuda::OwnedEvent stop{cudaEventDefault};
+};
 
 void bench_skinny(benchmark::State& state, Shape s, int M) {
-  const size_t x_elems = static_cast<size_t>(M) * s.K;    // [M, K]
-  const size_t w_elems = static_cast<size_t>(s.N) * s.K;  // [N, K]
-  const size_t set_bytes = (x_elems + w_elems) * sizeof(bf16);
-  const size_t sets = std::clamp<size_t>((2 * l2_bytes() + set_bytes - 1) / set_bytes, 1, 8);
-  std::vector<std::unique_ptr<DeviceBf16>> xs;
-  std::vector<std::unique_ptr<DeviceBf16>> ws;
-  for (size_t i = 0; i < sets; ++i) {
-    xs.push_back(std::make_unique<DeviceBf16>(x_elems));
-    ws.push_back(std::make_unique<DeviceBf16>(w_elems));
-  }
-  DeviceBf16 y(static_cast<size_t>(M) * s.N);  // [M, N]
-  cudaEvent_t start;
-  cudaEvent_t stop;
-  cudaCheck(cudaEventCreate(&start));
-  cudaCheck(cudaEventCreate(&stop));
-  const int probe = static_cast<int>(sets);
-  time_skinny(xs, ws, y.p, M, s, probe, start, stop);
-  time_family(KernelFamily::vendor, xs, ws, y.p, M, s, probe, start, stop);
+  const Operands operands(s, M);
+  operands.time_skinny(operands.sets());  // warm-up
+  operands.time_family(KernelFamily::vendor, operands.sets());
   const int reps = 200;
   double skinny_seconds = 0.0;
   double vendor_seconds = 0.0;
   for (auto _ : state) {
-    const double own = time_skinny(xs, ws, y.p, M, s, reps, start, stop);
-    const double ven = time_family(KernelFamily::vendor, xs, ws, y.p, M, s, reps, start, stop);
+    const double own = operands.time_skinny(reps);
+    const double ven = operands.time_family(KernelFamily::vendor, reps);
     skinny_seconds += own;
     vendor_seconds += ven;
     state.SetIterationTime(own);
   }
-  cudaCheck(cudaEventDestroy(start));
-  cudaCheck(cudaEventDestroy(stop));
   const double iterations = static_cast<double>(state.iterations());
   state.counters["skinny_us"] = skinny_seconds / iterations * 1e6;
   state.counters["vendor_us"] = vendor_seconds / iterations * 1e6;
   state.counters["speedup"] = vendor_seconds / skinny_seconds;
   state.counters["weight_TBps"] =
-      static_cast<double>(w_elems * sizeof(bf16)) / (skinny_seconds / iterations) * 1e-12;
+      static_cast<double>(operands.weight_bytes()) / (skinny_seconds / iterations) * 1e-12;
   state.SetLabel(s.name);
 }
 
 void bench_shape(benchmark::State& state, Shape s, int M) {
-  const size_t x_elems = static_cast<size_t>(M) * s.K;    // [M, K]
-  const size_t w_elems = static_cast<size_t>(s.N) * s.K;  // [N, K]
-  const size_t set_bytes = (x_elems + w_elems) * sizeof(bf16);
-  const size_t sets = std::clamp<size_t>((2 * l2_bytes() + set_bytes - 1) / set_bytes, 1, 8);
-  std::vector<std::unique_ptr<DeviceBf16>> xs;
-  std::vector<std::unique_ptr<DeviceBf16>> ws;
-  for (size_t i = 0; i < sets; ++i) {
-    xs.push_back(std::make_unique<DeviceBf16>(x_elems));
-    ws.push_back(std::make_unique<DeviceBf16>(w_elems));
-  }
-  DeviceBf16 y(static_cast<size_t>(M) * s.N);  // [M, N]
-  cudaEvent_t start;
-  cudaEvent_t stop;
-  cudaCheck(cudaEventCreate(&start));
-  cudaCheck(cudaEventCreate(&stop));
-
+  const Operands operands(s, M);
   // Warm-up: pins the invariant algorithm, asks the vendor heuristic, loads the kernels.
-  const int probe = static_cast<int>(sets);
-  time_family(KernelFamily::invariant, xs, ws, y.p, M, s, probe, start, stop);
-  time_family(KernelFamily::vendor, xs, ws, y.p, M, s, probe, start, stop);
-  const double estimate =
-      std::min(time_family(KernelFamily::invariant, xs, ws, y.p, M, s, probe, start, stop),
-               time_family(KernelFamily::vendor, xs, ws, y.p, M, s, probe, start, stop));
+  const int probe = operands.sets();
+  operands.time_family(KernelFamily::invariant, probe);
+  operands.time_family(KernelFamily::vendor, probe);
+  const double estimate = std::min(operands.time_family(KernelFamily::invariant, probe),
+                                   operands.time_family(KernelFamily::vendor, probe));
   // About 2 ms of GEMMs per timed batch, so launch gaps and event resolution stay small.
   const int reps = static_cast<int>(std::clamp(2e-3 / std::max(estimate, 1e-7), 1.0, 500.0));
 
   double invariant_seconds = 0.0;
   double vendor_seconds = 0.0;
   for (auto _ : state) {
-    const double inv = time_family(KernelFamily::invariant, xs, ws, y.p, M, s, reps, start, stop);
-    const double ven = time_family(KernelFamily::vendor, xs, ws, y.p, M, s, reps, start, stop);
+    const double inv = operands.time_family(KernelFamily::invariant, reps);
+    const double ven = operands.time_family(KernelFamily::vendor, reps);
     invariant_seconds += inv;
     vendor_seconds += ven;
     state.SetIterationTime(inv);
   }
-  cudaCheck(cudaEventDestroy(start));
-  cudaCheck(cudaEventDestroy(stop));
 
   const double flops = 2.0 * M * s.N * s.K;
   const double iterations = static_cast<double>(state.iterations());
@@ -206,7 +191,7 @@ void bench_shape(benchmark::State& state, Shape s, int M) {
   state.counters["inv_TFLOPs"] = inv_tflops;
   state.counters["vendor_TFLOPs"] = vendor_tflops;
   state.counters["ratio"] = inv_tflops / vendor_tflops;
-  state.counters["buffer_sets"] = static_cast<double>(sets);
+  state.counters["buffer_sets"] = static_cast<double>(operands.sets());
   const bih::cuda::GemmAlgoConfig config = shared_gemm().invariant_config(s.N, s.K);
   const bool companion = &config.serving(M) != &config;
   state.SetLabel(std::string(s.name) +

@@ -53,6 +53,7 @@
 #include "models/bf16.hpp"
 #include "models/config.hpp"
 #include "models/cuda/check.hpp"
+#include "models/cuda/cuda_handles.hpp"
 #include "models/cuda/kernels.hpp"
 #include "models/knobs.hpp"
 
@@ -125,29 +126,8 @@ Buffer<bf16> random_bf16(size_t count, uint32_t seed, float lo = -1.0f, float hi
   return buffer;
 }
 
-class OwnedStream {
- public:
-  OwnedStream() { cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~OwnedStream() { cudaStreamDestroy(stream_); }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-class OwnedEvent {
- public:
-  OwnedEvent() { cudaCheck(cudaEventCreate(&event_)); }
-  ~OwnedEvent() { cudaEventDestroy(event_); }
-  OwnedEvent(const OwnedEvent&) = delete;
-  OwnedEvent& operator=(const OwnedEvent&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
+using bih::cuda::OwnedEvent;
+using bih::cuda::OwnedStream;
 
 using Launch = std::function<void(cudaStream_t)>;
 
@@ -436,8 +416,8 @@ KernelCase qkv_split_case(int M) {
 
 void time_kernel(benchmark::State& state, const KernelCase& kernel, const std::string& key) {
   const OwnedStream stream;
-  const OwnedEvent start;
-  const OwnedEvent stop;
+  const OwnedEvent start(cudaEventDefault);
+  const OwnedEvent stop(cudaEventDefault);
   const CapturedGraph kernel_graph(stream.get(), kLaunchesPerGraph, kernel.launch);
   const CapturedGraph empty_graph(stream.get(), kLaunchesPerGraph, [](cudaStream_t s) {
     bih::bench::launch_empty_kernel(s, kEmptyBlocks, kEmptyThreads);

@@ -15,6 +15,7 @@
 
 #include "models/bf16.hpp"
 #include "models/cuda/check.hpp"
+#include "models/cuda/cuda_handles.hpp"
 #include "models/cuda/device_weights_kernels.hpp"
 #include "models/tp_shard.hpp"
 #include "models/weights.hpp"
@@ -40,36 +41,6 @@ class CurrentDevice {
 
  private:
   int previous_ = 0;
-};
-
-// A stream whose destructor waits for its work: declared after the buffers its work touches, it
-// keeps them alive until that work is done, on error paths too.
-class OwnedStream {
- public:
-  OwnedStream() { cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~OwnedStream() {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
-  OwnedStream(const OwnedStream&) = delete;
-  OwnedStream& operator=(const OwnedStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-  void synchronize() const { cudaCheck(cudaStreamSynchronize(stream_)); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-class OwnedEvent {
- public:
-  OwnedEvent() { cudaCheck(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming)); }
-  ~OwnedEvent() { cudaEventDestroy(event_); }
-  OwnedEvent(const OwnedEvent&) = delete;
-  OwnedEvent& operator=(const OwnedEvent&) = delete;
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
 };
 
 // `count` bf16 values of device memory (on the current device) or of pinned host memory.

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -1179,51 +1180,48 @@ DeviceRopeTable& DeviceRopeTable::operator=(DeviceRopeTable&& other) noexcept {
 }
 
 // ---- launchers --------------------------------------------------------------------------------
+namespace {
+
+// launch(std::integral_constant<int, k>{}) for the norm kernels' k: the smallest of 1, 2, 4, 8, 16
+// with k * kNormThreads >= H (operands held in registers), or 0 beyond (the looping kernel).
+template <class Launch>
+void launch_norm_width(int H, Launch&& launch) {
+  const int per_thread = (H + kNormThreads - 1) / kNormThreads;
+  if (per_thread <= 1) {
+    launch(std::integral_constant<int, 1>{});
+  } else if (per_thread <= 2) {
+    launch(std::integral_constant<int, 2>{});
+  } else if (per_thread <= 4) {
+    launch(std::integral_constant<int, 4>{});
+  } else if (per_thread <= 8) {
+    launch(std::integral_constant<int, 8>{});
+  } else if (per_thread <= 16) {
+    launch(std::integral_constant<int, 16>{});
+  } else {
+    launch(std::integral_constant<int, 0>{});
+  }
+  check_launch();
+}
+
+}  // namespace
+
 void rms_norm(const bf16* x, const bf16* w, bf16* y, int M, int H, float eps, Stream stream) {
   require(M >= 0 && H > 0, "rms_norm: need M >= 0 and H > 0");
   if (M == 0) return;
-  const int per_thread = (H + kNormThreads - 1) / kNormThreads;
-  auto launch = [&](auto kernel) {
-    kernel<<<M, kNormThreads, 0, stream>>>(bits(x), bits(w), bits(y), H, eps);
-  };
-  if (per_thread <= 1) {
-    launch(rms_norm_kernel<1>);
-  } else if (per_thread <= 2) {
-    launch(rms_norm_kernel<2>);
-  } else if (per_thread <= 4) {
-    launch(rms_norm_kernel<4>);
-  } else if (per_thread <= 8) {
-    launch(rms_norm_kernel<8>);
-  } else if (per_thread <= 16) {
-    launch(rms_norm_kernel<16>);
-  } else {
-    launch(rms_norm_kernel<0>);
-  }
-  check_launch();
+  launch_norm_width(H, [&](auto width) {
+    rms_norm_kernel<decltype(width)::value>
+        <<<M, kNormThreads, 0, stream>>>(bits(x), bits(w), bits(y), H, eps);
+  });
 }
 
 void add_rms_norm(bf16* residual, const bf16* x, const bf16* w, bf16* y, int M, int H, float eps,
                   Stream stream) {
   require(M >= 0 && H > 0, "add_rms_norm: need M >= 0 and H > 0");
   if (M == 0) return;
-  const int per_thread = (H + kNormThreads - 1) / kNormThreads;
-  auto launch = [&](auto kernel) {
-    kernel<<<M, kNormThreads, 0, stream>>>(bits(residual), bits(x), bits(w), bits(y), H, eps);
-  };
-  if (per_thread <= 1) {
-    launch(add_rms_norm_kernel<1>);
-  } else if (per_thread <= 2) {
-    launch(add_rms_norm_kernel<2>);
-  } else if (per_thread <= 4) {
-    launch(add_rms_norm_kernel<4>);
-  } else if (per_thread <= 8) {
-    launch(add_rms_norm_kernel<8>);
-  } else if (per_thread <= 16) {
-    launch(add_rms_norm_kernel<16>);
-  } else {
-    launch(add_rms_norm_kernel<0>);
-  }
-  check_launch();
+  launch_norm_width(H, [&](auto width) {
+    add_rms_norm_kernel<decltype(width)::value>
+        <<<M, kNormThreads, 0, stream>>>(bits(residual), bits(x), bits(w), bits(y), H, eps);
+  });
 }
 
 void head_norm_rope(bf16* x, const bf16* w, const int32_t* positions, int M, int n_heads,
