@@ -8,14 +8,14 @@
 #include <filesystem>
 #include <numeric>
 
-#include "harness/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 #include "harness/driver.hpp"
 #include "harness/environment.hpp"
-#include "harness/errors.hpp"
-#include "harness/plan.hpp"
+#include "base/errors.hpp"
+#include "spec/plan.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 namespace {

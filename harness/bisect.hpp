@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/scenario.hpp"
-#include "harness/verdict.hpp"
+#include "spec/scenario.hpp"
+#include "spec/verdict.hpp"
 
 namespace bih {
 

@@ -9,7 +9,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {

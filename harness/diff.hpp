@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "harness/generation.hpp"
-#include "harness/verdict.hpp"
+#include "spec/verdict.hpp"
 
 namespace bih {
 

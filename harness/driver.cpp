@@ -9,16 +9,17 @@
 #include <map>
 #include <thread>
 
-#include "harness/atomic_file.hpp"
-#include "harness/child_process.hpp"
-#include "harness/engine_setup.hpp"
+#include "base/atomic_file.hpp"
+#include "base/child_process.hpp"
+#include "engines/bih_engine.hpp"
+#include "engines/registry.hpp"
 #include "harness/environment.hpp"
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "harness/generation.hpp"
-#include "harness/plan.hpp"
+#include "spec/plan.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 #include "harness/table.hpp"
 #include "harness/worker.hpp"
 
@@ -130,7 +131,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     return outcome;
   };
 
-  if (std::string why = unsupported_reason(scenario); !why.empty()) {
+  if (std::string why = EngineRegistry::instance().unsupported_reason(scenario); !why.empty()) {
     return finish(Verdict::unsupported, why);
   }
 
@@ -147,7 +148,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   auto launch = [&](bool fresh) -> std::string {
     const bool nccl = scenario.ranks == RankKind::nccl;
     const int processes = nccl ? scenario.tp : 1;
-    const std::string nccl_id = nccl ? cuda_backend()->nccl_unique_id() : "";
+    const std::string nccl_id = nccl ? bih_nccl_unique_id() : "";
     std::atomic<bool> failed{false};
     std::vector<ChildResult> results(processes);
     std::vector<std::string> err_files(processes);

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "harness/diff.hpp"
-#include "harness/scenario.hpp"
+#include "spec/scenario.hpp"
 
 namespace bih {
 

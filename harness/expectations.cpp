@@ -7,8 +7,8 @@
 #include <set>
 #include <sstream>
 
-#include "harness/edit_distance.hpp"
-#include "harness/errors.hpp"
+#include "base/edit_distance.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {

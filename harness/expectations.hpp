@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-#include "harness/verdict.hpp"
+#include "spec/verdict.hpp"
 
 namespace bih {
 

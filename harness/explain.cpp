@@ -7,9 +7,9 @@
 #include <tuple>
 
 #include "harness/diff.hpp"
-#include "harness/engine_setup.hpp"
-#include "harness/errors.hpp"
-#include "harness/plan.hpp"
+#include "engines/bih_engine.hpp"
+#include "base/errors.hpp"
+#include "spec/plan.hpp"
 
 namespace bih {
 namespace {

@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "harness/scenario.hpp"
+#include "spec/scenario.hpp"
 
 namespace bih {
 

@@ -21,7 +21,7 @@
 
 #include "harness/expectations.hpp"
 #include "harness/report_set.hpp"
-#include "harness/verdict.hpp"
+#include "spec/verdict.hpp"
 
 namespace bih {
 

@@ -12,7 +12,7 @@
 #include <set>
 #include <string>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {

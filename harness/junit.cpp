@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "harness/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 
 namespace bih {
 namespace {

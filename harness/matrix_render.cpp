@@ -3,8 +3,8 @@
 
 #include <filesystem>
 
-#include "harness/atomic_file.hpp"
-#include "harness/errors.hpp"
+#include "base/atomic_file.hpp"
+#include "base/errors.hpp"
 
 namespace fs = std::filesystem;
 

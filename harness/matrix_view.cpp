@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <set>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {

@@ -10,7 +10,7 @@
 #include <limits>
 #include <sstream>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "harness/diff.hpp"
 #include "harness/generation.hpp"
-#include "harness/verdict.hpp"
+#include "spec/verdict.hpp"
 
 namespace bih {
 

@@ -5,10 +5,10 @@
 #include <map>
 #include <set>
 
-#include "harness/atomic_file.hpp"
-#include "harness/errors.hpp"
+#include "base/atomic_file.hpp"
+#include "base/errors.hpp"
 #include "harness/report.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace fs = std::filesystem;
 

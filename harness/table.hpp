@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/verdict.hpp"
+#include "spec/verdict.hpp"
 
 namespace bih {
 

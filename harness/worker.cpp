@@ -11,13 +11,13 @@
 #include <memory>
 #include <thread>
 
-#include "harness/atomic_file.hpp"
-#include "harness/engine_setup.hpp"
-#include "harness/errors.hpp"
+#include "base/atomic_file.hpp"
+#include "engines/registry.hpp"
+#include "base/errors.hpp"
 #include "harness/generation.hpp"
-#include "harness/plan.hpp"
-#include "harness/scenario.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/plan.hpp"
+#include "spec/scenario.hpp"
+#include "spec/scenario_file.hpp"
 #include "models/comm/emulated.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"
@@ -76,10 +76,19 @@ int run_worker(const WorkerArgs& args) {
 
   progress("loading model");
   const auto load_start = std::chrono::steady_clock::now();
-  EngineBundle bundle = make_engine(s, nullptr, RankAssignment{args.rank, args.nccl_unique_id});
+  std::unique_ptr<TestedEngine> engine;
+  try {
+    engine = EngineRegistry::instance().make(
+        s, EngineContext{RankAssignment{args.rank, args.nccl_unique_id}, args.work_dir});
+  } catch (const UnsupportedError& e) {
+    // The engine declined a knob: the driver records `unsupported`, not an error.
+    std::printf("@unsupported %s\n", e.what());
+    std::fflush(stdout);
+    return 0;
+  }
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  const auto prompts = make_prompts(s.plan.prompts, bundle.config.vocab_size, s.source_file);
+  const auto prompts = make_prompts(s.plan.prompts, engine->vocab_size(), s.source_file);
   for (size_t i = 0; i < prompts.size(); ++i) {
     if (static_cast<int>(prompts[i].size()) + s.plan.max_tokens > s.plan.max_model_len) {
       throw InputError(s.source_file, "/plan/max_model_len",
@@ -89,14 +98,16 @@ int run_worker(const WorkerArgs& args) {
     }
   }
 
-  Engine& engine = *bundle.engine;
-
+  const EngineIdentity& identity = engine->identity();
   nlohmann::json meta;
   meta["model"] = {{"load_s", load_s}};
-  if (writer) meta["model"]["weights_hash"] = bundle.weights_hash();
+  if (writer) meta["model"]["weights_hash"] = engine->model_hash();
   if (!s.model.path.empty()) meta["model"]["path"] = s.model.path;
-  meta["communicator"] = bundle.communicator;
-  meta["backend"] = bundle.backend;
+  meta["engine"] = {{"kind", identity.kind},         {"name", identity.name},
+                    {"version", identity.version},   {"value", identity.value},
+                    {"settings", identity.settings}, {"details", identity.details}};
+  meta["communicator"] = identity.details.value("communicator", "");
+  meta["backend"] = identity.details.value("backend", "");
   meta["generations"] = nlohmann::json::array();
 
   for (const GenerationSpec& spec : gens) {
@@ -110,25 +121,26 @@ int run_worker(const WorkerArgs& args) {
     g.sequences.resize(prompts.size());
     const auto start = std::chrono::steady_clock::now();
     const int total = static_cast<int>(prompts.size());
-    int done_before = 0;
     GenerateStats stats;
     for (size_t first = 0; first < prompts.size(); first += spec.batch_size) {
       const size_t last = std::min(prompts.size(), first + spec.batch_size);
       std::vector<std::vector<int32_t>> batch(prompts.begin() + first, prompts.begin() + last);
-      auto results = engine.generate(
-          batch, s.plan.max_tokens, &stats, [&](int64_t step, int finished, int in_batch) {
-            if (spec.batch_size > 1) {
-              progress(fmt::format("{}: step {}, {}/{} sequences done", spec.label, step,
-                                   done_before + finished, total));
-            }
-          });
+      auto results = engine->generate(batch, s.plan.max_tokens, &stats,
+                                      [&](const std::string& text) {
+                                        if (spec.batch_size > 1) {
+                                          progress(spec.label + ": " + text);
+                                        }
+                                      });
+      if (results.size() != batch.size()) {
+        throw InfraError(fmt::format("engine {} returned {} sequences for a batch of {}",
+                                     identity.name, results.size(), batch.size()));
+      }
       for (size_t i = first; i < last; ++i) {
         SequenceOutput& out = g.sequences[i];
         out.prompt = prompts[i];
         out.tokens = std::move(results[i - first].tokens);
         out.logprobs = std::move(results[i - first].logprobs);
       }
-      done_before = static_cast<int>(last);
       if (spec.batch_size == 1 && (last % 8 == 0 || last == prompts.size())) {
         progress(fmt::format("{}: {}/{} prompts", spec.label, last, total));
       }
@@ -149,6 +161,7 @@ int run_worker(const WorkerArgs& args) {
                                    {"sp_steps", stats.sp_steps},
                                    {"prefix_hit_tokens", stats.prefix_hit_tokens}});
   }
+  engine->shutdown();
   if (!writer) return 0;
   write_file_atomically(
       (std::filesystem::path(args.work_dir) / (args.fresh ? "meta-fresh.json" : "meta.json"))

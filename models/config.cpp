@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "models/safetensors.hpp"
 
 namespace bih {

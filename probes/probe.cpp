@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "models/comm/communicator.hpp"
 #include "probes/probe_backend.hpp"
 

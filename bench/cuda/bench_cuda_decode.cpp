@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "harness/engine_setup.hpp"
-#include "harness/plan.hpp"
-#include "harness/scenario.hpp"
+#include "engines/bih_engine.hpp"
+#include "spec/plan.hpp"
+#include "spec/scenario.hpp"
 #include "models/cuda/check.hpp"
-#include "models/cuda/cuda_engine.hpp"
+#include "engines/cuda/bih_cuda_engine.hpp"
 #include "models/cuda/cuda_forward.hpp"
 #include "models/weights.hpp"
 

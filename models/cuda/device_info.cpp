@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "harness/environment.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -18,6 +17,8 @@ namespace {
 std::string cuda_version_string(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
+
+}  // namespace
 
 nlohmann::json gpu_environment() {
   nlohmann::json gpu = nlohmann::json::object();
@@ -51,8 +52,6 @@ nlohmann::json gpu_environment() {
   return gpu;
 }
 
-}  // namespace
-
 int device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -61,7 +60,5 @@ int device_count() {
   }
   return count;
 }
-
-void register_environment_provider() { set_gpu_environment_provider(gpu_environment); }
 
 }  // namespace bih::cuda

@@ -9,7 +9,7 @@
 #include <valijson/schema_parser.hpp>
 #include <valijson/validator.hpp>
 
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih::testing {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "harness/bisect.hpp"
-#include "harness/errors.hpp"
-#include "harness/scenario_file.hpp"
+#include "base/errors.hpp"
+#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
 
 namespace bih {

@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/child_process.hpp"
+#include "base/child_process.hpp"
 #include "run_bih.hpp"
 
 namespace bih {

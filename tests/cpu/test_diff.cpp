@@ -10,7 +10,7 @@
 #include <stdexcept>
 
 #include "harness/diff.hpp"
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "harness/generation.hpp"
 
 namespace bih {

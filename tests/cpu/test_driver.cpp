@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
 
 namespace bih {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <memory>
 
-#include "harness/plan.hpp"
+#include "spec/plan.hpp"
 #include "models/comm/emulated.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/explain.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 #include "models/trace.hpp"
 #include "run_bih.hpp"
 #include "schema_check.hpp"

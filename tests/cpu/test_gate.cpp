@@ -7,13 +7,13 @@
 #include <set>
 #include <sstream>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "harness/expectations.hpp"
 #include "harness/gate.hpp"
 #include "harness/junit.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
 #include "schema_check.hpp"
 

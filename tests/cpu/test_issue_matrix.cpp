@@ -5,7 +5,7 @@
 
 #include <fstream>
 
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
 #include "schema_check.hpp"
 

@@ -10,7 +10,7 @@
 #include <regex>
 #include <sstream>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "harness/matrix_render.hpp"
 #include "harness/matrix_view.hpp"
 #include "harness/report.hpp"

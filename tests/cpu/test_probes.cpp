@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "probes/probe.hpp"
 #include "probes/probe_backend.hpp"
 #include "run_bih.hpp"

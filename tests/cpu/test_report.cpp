@@ -12,10 +12,10 @@
 #include <set>
 #include <sstream>
 
-#include "harness/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 #include "harness/diff.hpp"
 #include "harness/environment.hpp"
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "harness/report.hpp"
 #include "harness/table.hpp"
 #include "schema_check.hpp"

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/edit_distance.hpp"
-#include "harness/errors.hpp"
-#include "harness/scenario.hpp"
-#include "harness/scenario_file.hpp"
+#include "base/edit_distance.hpp"
+#include "base/errors.hpp"
+#include "spec/scenario.hpp"
+#include "spec/scenario_file.hpp"
 #include "schema_check.hpp"
 #include "test_util.hpp"
 

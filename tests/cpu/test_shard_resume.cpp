@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "harness/report.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
 
 namespace bih {

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "models/bf16.hpp"
 #include "models/comm/communicator.hpp"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 #include "models/config.hpp"
 #include "models/safetensors.hpp"
 #include "models/weights.hpp"

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "gpu_test_util.hpp"
-#include "harness/engine_setup.hpp"
-#include "harness/plan.hpp"
-#include "harness/scenario.hpp"
-#include "models/cuda/cuda_engine.hpp"
+#include "engines/bih_engine.hpp"
+#include "spec/plan.hpp"
+#include "spec/scenario.hpp"
+#include "engines/cuda/bih_cuda_engine.hpp"
 #include "models/engine.hpp"
 
 namespace bih {

@@ -4,10 +4,11 @@
 #include <exception>
 #include <vector>
 
-#include "harness/cli/commands.hpp"
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
+#include "cli/commands.hpp"
+#include "harness/environment.hpp"
 #if defined(BIH_HAVE_CUDA)
-#include "models/cuda/cuda_engine.hpp"
+#include "engines/cuda/bih_cuda_engine.hpp"
 #include "models/cuda/device_info.hpp"
 #endif
 
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : static_cast<int>(bih::ExitCode::usage_error);
   }
 #if defined(BIH_HAVE_CUDA)
-  bih::cuda::register_environment_provider();
+  bih::set_gpu_environment_provider(bih::cuda::gpu_environment);
   bih::cuda::register_cuda_backend();
 #endif
   try {

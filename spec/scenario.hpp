@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/errors.hpp"
-#include "harness/verdict.hpp"
+#include "base/errors.hpp"
+#include "spec/verdict.hpp"
 #include "models/knobs.hpp"
 
 namespace bih {
@@ -43,6 +43,22 @@ struct PlanSpec {
   int max_num_seqs = 64;
 };
 
+// Which engine runs the plan (DESIGN.md, "Engines under test"). kind "bih" is our own engine and
+// leaves every id as it was; kind "command" runs an adapter speaking bih.engine/1
+// (docs/engine-protocol.md) and its ids end in ",engine=<name>".
+struct EngineSpec {
+  std::string kind = "bih";          // bih | command
+  std::string name;                  // command: required; the id's engine=<name>
+  std::vector<std::string> command;  // command: argv, run in `cwd`, argv[0] looked up in PATH
+  std::string cwd;                   // command: default the scenario file's folder (absolute)
+  std::map<std::string, std::string> env;              // added to the adapter's environment
+  nlohmann::json options = nlohmann::json::object();  // handed to the adapter, recorded
+  std::string model_format = "hf";                    // what the adapter loads: hf | gguf
+  double reply_timeout_s = 0;  // longest wait for one answer; 0: 90% of timeout_s
+
+  bool is_bih() const { return kind == "bih"; }
+};
+
 struct Scenario {
   std::string name;         // free text
   std::string source_file;  // where it came from, for messages
@@ -64,13 +80,21 @@ struct Scenario {
   int block_size = 16;
   int chunked_prefill_max_tokens = 0;  // 0: off
   PlanSpec plan;
+  EngineSpec engine;
+  // The knobs the input set, as dotted leaves ("parallel.tp", "nccl_env.NCCL_ALGO"): an external
+  // engine gets these and keeps its own defaults for the rest.
+  std::vector<std::string> knobs_set;
   double timeout_s = 600;
   std::optional<Verdict> expect;
   bool localize = false;  // run `bih explain` on the report when the verdict is not invariant
   std::string fault;      // test-only ("debug.fault"): "", "crash", "abort", "hang", "exit"
 
   std::string id() const;
-  nlohmann::json to_json() const;  // the resolved scenario, every key present
+  // The resolved scenario: every key present for engine kind bih; for other kinds only the knobs
+  // in knobs_set (so a re-read gives the same scenario).
+  nlohmann::json to_json() const;
+  // The knobs_set with their resolved values, for an adapter's init message.
+  nlohmann::json knobs_json() const;
 };
 
 // The InputError scenario_from_json throws, with its pieces kept so that a matrix loader can point

@@ -43,4 +43,11 @@ class InfraError : public std::runtime_error {
   explicit InfraError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// This engine or machine cannot run what was asked (an adapter declined a knob): the scenario's
+// verdict is `unsupported` with this reason, not an error.
+class UnsupportedError : public std::runtime_error {
+ public:
+  explicit UnsupportedError(const std::string& reason) : std::runtime_error(reason) {}
+};
+
 }  // namespace bih

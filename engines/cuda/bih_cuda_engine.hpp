@@ -1,4 +1,4 @@
-// cuda_engine.hpp: registers the CUDA backend with the harness (engine_setup.hpp's hooks).
+// bih_cuda_engine.hpp: registers the CUDA backend of bih's engine in the engine registry.
 //
 // Called once at startup by a build with CUDA. The engine it makes for a scenario: device weights
 // (generated on the GPU from the seed, or copied from a loaded checkpoint), the communicators

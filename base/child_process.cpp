@@ -1,4 +1,4 @@
-#include "harness/child_process.hpp"
+#include "base/child_process.hpp"
 
 #include <fcntl.h>
 #include <fmt/core.h>
@@ -13,7 +13,7 @@
 #include <deque>
 #include <fstream>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 

@@ -1,22 +1,14 @@
-#include "harness/engine_setup.hpp"
+#include "engines/bih_engine.hpp"
 
 #include <fmt/core.h>
 
 #include <filesystem>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
+#include "engines/registry.hpp"
 #include "models/comm/emulated.hpp"
 
 namespace bih {
-namespace {
-
-CudaBackendHooks& registered_cuda_backend() {
-  static CudaBackendHooks hooks;
-  return hooks;
-}
-
-}  // namespace
-
 std::shared_ptr<const ModelWeights> build_model(const Scenario& s) {
   if (!s.model.path.empty()) return std::make_shared<ModelWeights>(load_checkpoint(s.model.path));
   return std::make_shared<ModelWeights>(synthetic_weights(model_config(s), s.model.seed));
@@ -47,21 +39,24 @@ EngineOptions engine_options(const Scenario& s) {
   return o;
 }
 
-void set_cuda_backend(CudaBackendHooks hooks) { registered_cuda_backend() = std::move(hooks); }
+int bih_gpu_count() {
+  const BihCudaBackend* cuda = EngineRegistry::instance().bih_cuda();
+  return cuda != nullptr ? cuda->gpu_count() : 0;
+}
 
-const CudaBackendHooks* cuda_backend() {
-  const CudaBackendHooks& hooks = registered_cuda_backend();
-  return hooks.make_engine ? &hooks : nullptr;
+std::string bih_nccl_unique_id() {
+  const BihCudaBackend* cuda = EngineRegistry::instance().bih_cuda();
+  if (cuda == nullptr || !cuda->nccl_unique_id) throw InfraError("this bih has no NCCL");
+  return cuda->nccl_unique_id();
 }
 
 Backend resolved_backend(const Scenario& s) {
   if (s.backend != Backend::automatic) return s.backend;
-  const CudaBackendHooks* cuda = cuda_backend();
-  return cuda != nullptr && cuda->gpu_count() > 0 ? Backend::cuda : Backend::cpu;
+  return bih_gpu_count() > 0 ? Backend::cuda : Backend::cpu;
 }
 
-std::string unsupported_reason(const Scenario& s) {
-  const CudaBackendHooks* cuda = cuda_backend();
+std::string bih_unsupported_reason(const Scenario& s) {
+  const BihCudaBackend* cuda = EngineRegistry::instance().bih_cuda();
   const bool wants_gpu = s.backend == Backend::cuda || s.ranks == RankKind::nccl;
   if (!wants_gpu) return "";
   if (cuda == nullptr) {
@@ -85,8 +80,9 @@ std::string unsupported_reason(const Scenario& s) {
 EngineBundle make_engine(const Scenario& s, std::shared_ptr<const ModelWeights> host_weights,
                          const RankAssignment& assignment) {
   if (resolved_backend(s) == Backend::cuda || s.ranks == RankKind::nccl) {
-    if (std::string why = unsupported_reason(s); !why.empty()) throw InfraError(why);
-    return cuda_backend()->make_engine(s, std::move(host_weights), assignment);
+    if (std::string why = bih_unsupported_reason(s); !why.empty()) throw InfraError(why);
+    return EngineRegistry::instance().bih_cuda()->make_engine(s, std::move(host_weights),
+                                                               assignment);
   }
   auto weights = host_weights ? std::move(host_weights) : build_model(s);
   auto group = std::make_shared<EmulatedGroup>(
@@ -101,6 +97,37 @@ EngineBundle make_engine(const Scenario& s, std::shared_ptr<const ModelWeights> 
   b.backend = b.engine->backend().describe();
   b.weights_hash = [weights] { return weights_hash(*weights); };
   return b;
+}
+
+BihTestedEngine::BihTestedEngine(EngineBundle bundle) : bundle_(std::move(bundle)) {
+  identity_.kind = "bih";
+  identity_.name = "bih";
+  identity_.version = BIH_VERSION;
+  identity_.value = "logprob";
+  identity_.details = {{"backend", bundle_.backend}, {"communicator", bundle_.communicator}};
+}
+
+std::vector<SequenceResult> BihTestedEngine::generate(
+    const std::vector<std::vector<int32_t>>& prompts, int max_tokens, GenerateStats* stats,
+    const ProgressFn& progress) {
+  const int total = static_cast<int>(prompts.size());
+  return bundle_.engine->generate(prompts, max_tokens, stats,
+                                  [&](int64_t step, int finished, int /*in_batch*/) {
+                                    if (progress && total > 1) {
+                                      progress(fmt::format("step {}, {}/{} sequences done", step,
+                                                           finished, total));
+                                    }
+                                  });
+}
+
+EngineKind bih_engine_kind() {
+  EngineKind kind;
+  kind.name = "bih";
+  kind.unsupported_reason = bih_unsupported_reason;
+  kind.make = [](const Scenario& s, const EngineContext& context) {
+    return std::make_unique<BihTestedEngine>(make_engine(s, nullptr, context.assignment));
+  };
+  return kind;
 }
 
 }  // namespace bih

@@ -2,9 +2,9 @@
 #include <cstdio>
 #include <memory>
 
-#include "harness/cli/commands.hpp"
+#include "cli/commands.hpp"
 #include "harness/driver.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih::cli {
 

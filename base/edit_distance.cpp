@@ -1,4 +1,4 @@
-#include "harness/edit_distance.hpp"
+#include "base/edit_distance.hpp"
 
 #include <algorithm>
 

@@ -1,8 +1,9 @@
-// engine_setup.hpp: a scenario's model, communicators and engine, built the same way everywhere
-// (the worker's generations and explain's re-runs must see the same engine).
+// bih_engine.hpp: bih's own Qwen3 engine as an engine under test (engine.kind "bih"): a scenario's
+// model, communicators and engine, built the same way everywhere (the worker's generations and
+// explain's re-runs must see the same engine).
 //
-// The CPU backend is built here. The CUDA backend lives in the CUDA leaf (models/cuda/), which
-// registers its hooks at startup (set_cuda_backend); a build or machine without it answers
+// The CPU backend is built here. The CUDA backend lives in the CUDA leaf (engines/cuda/), which
+// registers itself in the registry at startup; a build or machine without it answers
 // `unsupported` for backend cuda, never a silent CPU run.
 #pragma once
 
@@ -11,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/scenario.hpp"
+#include "engines/engine.hpp"
+#include "spec/scenario.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"
 
@@ -53,19 +55,33 @@ EngineBundle make_engine(const Scenario& s,
 // The backend a scenario runs on here: cpu or cuda (auto resolved).
 Backend resolved_backend(const Scenario& s);
 
-// What the CUDA leaf offers, registered at startup by a build with CUDA.
-struct CudaBackendHooks {
-  std::function<int()> gpu_count;               // visible GPUs
-  std::function<std::string()> nccl_unique_id;  // empty when built without NCCL
-  std::function<EngineBundle(const Scenario&, std::shared_ptr<const ModelWeights>,
-                             const RankAssignment&)>
-      make_engine;
-};
-void set_cuda_backend(CudaBackendHooks hooks);
-const CudaBackendHooks* cuda_backend();  // null when none is registered
-
 // Why this build or machine cannot run the scenario (backend cuda without the CUDA backend or a
 // GPU; nccl ranks without NCCL or with fewer GPUs than tp); empty when it can.
-std::string unsupported_reason(const Scenario& s);
+std::string bih_unsupported_reason(const Scenario& s);
+
+// The GPUs the CUDA leaf sees (0 without one) and a fresh NCCL unique id (hex) for ranks: nccl.
+int bih_gpu_count();
+std::string bih_nccl_unique_id();
+
+struct EngineKind;
+EngineKind bih_engine_kind();
+
+// bih's engine behind the seam; traceable (bundle() serves bih explain).
+class BihTestedEngine : public TestedEngine {
+ public:
+  explicit BihTestedEngine(EngineBundle bundle);
+  const EngineIdentity& identity() const override { return identity_; }
+  EngineCapabilities capabilities() const override { return {true, true, true}; }
+  int vocab_size() const override { return bundle_.config.vocab_size; }
+  std::string model_hash() override { return bundle_.weights_hash(); }
+  std::vector<SequenceResult> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                       int max_tokens, GenerateStats* stats,
+                                       const ProgressFn& progress) override;
+  EngineBundle& bundle() { return bundle_; }
+
+ private:
+  EngineBundle bundle_;
+  EngineIdentity identity_;
+};
 
 }  // namespace bih

@@ -1,5 +1,5 @@
 // atomic_file.cpp: temp file + fsync + rename, with POSIX calls so every step can be checked.
-#include "harness/atomic_file.hpp"
+#include "base/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,7 +12,7 @@
 #include <random>
 #include <system_error>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {

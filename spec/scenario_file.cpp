@@ -1,4 +1,4 @@
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 
 #include <fnmatch.h>
 
@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "harness/edit_distance.hpp"
-#include "harness/errors.hpp"
+#include "base/edit_distance.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {
@@ -19,23 +19,6 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string> kMatrixKeys{"$schema", "name", "base", "axes", "cases"};
 constexpr size_t kMaxExpandedScenarios = 100000;
-
-// Reads a file into any basic_json flavour; ordered_json keeps the file's key order, which a
-// matrix's axes need.
-template <class Json>
-Json parse_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open the file; valid: a readable JSON file");
-  std::stringstream text;
-  text << in.rdbuf();
-  try {
-    return Json::parse(text.str(), /*cb=*/nullptr, /*allow_exceptions=*/true,
-                       /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() reads "[json.exception.parse_error.101] parse error at line L, column C: ...".
-    throw InputError(path + ": " + e.what() + "; valid: JSON, comments allowed");
-  }
-}
 
 // One value put into a scenario from outside the base: where it came from, for messages.
 struct Override {
@@ -134,8 +117,6 @@ Scenario build(const ordered_json& base, const Point& point, const std::string& 
 }
 
 }  // namespace
-
-json read_json_file(const std::string& path) { return parse_json_file<json>(path); }
 
 ScenarioSet load_scenarios(const std::string& path, const std::vector<std::string>& set_overrides) {
   const ordered_json doc = parse_json_file<ordered_json>(path);

@@ -9,13 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/scenario.hpp"
+#include "base/json_file.hpp"
+#include "spec/scenario.hpp"
 
 namespace bih {
-
-// Reads a JSON file, comments allowed. Throws InputError naming the file, and on a syntax error
-// the line and column nlohmann reports.
-nlohmann::json read_json_file(const std::string& path);
 
 struct ScenarioSet {
   std::string name;  // the file's "name", else its file name without extension

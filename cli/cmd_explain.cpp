@@ -3,8 +3,8 @@
 #include <memory>
 #include <optional>
 
-#include "harness/atomic_file.hpp"
-#include "harness/cli/commands.hpp"
+#include "base/atomic_file.hpp"
+#include "cli/commands.hpp"
 #include "harness/explain.hpp"
 #include "harness/report.hpp"
 

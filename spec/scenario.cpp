@@ -1,4 +1,4 @@
-#include "harness/scenario.hpp"
+#include "spec/scenario.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -7,8 +7,8 @@
 #include <set>
 #include <sstream>
 
-#include "harness/edit_distance.hpp"
-#include "harness/scenario_file.hpp"
+#include "base/edit_distance.hpp"
+#include "spec/scenario_file.hpp"
 #include "models/config.hpp"
 
 namespace bih {
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string> kTopKeys{
     "name",      "model",   "backend",   "parallel",       "sequence_parallel", "collectives",
     "nccl_env",  "kernels", "cudagraph", "prefix_caching", "chunked_prefill",   "plan",
-    "timeout_s", "expect",  "localize",  "debug"};
+    "timeout_s", "expect",  "localize",  "debug",          "engine"};
 const std::vector<std::string> kModelKeys{"preset", "path", "seed"};
 const std::vector<std::string> kParallelKeys{"tp", "ranks", "ring_order"};
 const std::vector<std::string> kSequenceParallelKeys{"enabled", "min_tokens"};
@@ -34,6 +34,14 @@ const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",    "batc
                                          "fresh_process", "max_model_len", "max_num_seqs"};
 const std::vector<std::string> kPromptKeys{"count", "min_len", "max_len", "seed", "file"};
 const std::vector<std::string> kDebugKeys{"fault"};
+const std::vector<std::string> kEngineKeys{"kind", "name",         "command",        "cwd",
+                                           "env",  "options",      "model_format",   "reply_timeout_s"};
+const std::vector<std::string> kEngineKinds{"bih", "command"};
+const std::vector<std::string> kModelFormats{"hf", "gguf"};
+// The knob sections: what an external engine is handed when the input sets them.
+const std::vector<std::string> kKnobSections{"backend",        "parallel",        "sequence_parallel",
+                                             "collectives",    "nccl_env",        "kernels",
+                                             "cudagraph",      "prefix_caching",  "chunked_prefill"};
 const std::vector<std::string> kFaults{"none", "crash", "abort", "hang", "exit"};
 
 constexpr int kMaxTp = 64;
@@ -54,7 +62,8 @@ const std::vector<std::pair<std::string, const std::vector<std::string>*>>& obje
       {"chunked_prefill", &kChunkedPrefillKeys},
       {"plan", &kPlanKeys},
       {"plan.prompts", &kPromptKeys},
-      {"debug", &kDebugKeys}};
+      {"debug", &kDebugKeys},
+      {"engine", &kEngineKeys}};
   return tables;
 }
 
@@ -276,6 +285,110 @@ void parse_plan(const json& j, const Cursor& at, Scenario& s) {
   }
 }
 
+void parse_engine(const json& j, const Cursor& at, Scenario& s) {
+  check_object(j, at, kEngineKeys);
+  EngineSpec& e = s.engine;
+  std::string kind;
+  if (read_string(j, at, "kind", kind, "one of " + quoted_list(kEngineKinds))) {
+    if (std::find(kEngineKinds.begin(), kEngineKinds.end(), kind) == kEngineKinds.end()) {
+      std::string what = "unknown engine kind '" + kind + "'";
+      if (kind == "http") what += " (servers are planned, not built yet: wrap one in an adapter)";
+      if (auto near = nearest_key(kind, kEngineKinds)) what += " (did you mean '" + *near + "'?)";
+      at.at("kind").fail(what, "one of " + quoted_list(kEngineKinds));
+    }
+    e.kind = kind;
+  }
+  const std::vector<std::string> command_only{"name", "command", "cwd", "env", "options",
+                                              "model_format", "reply_timeout_s"};
+  if (e.is_bih()) {
+    for (const std::string& key : command_only) {
+      if (find(j, key)) {
+        at.at(key).fail("'" + key + "' is for an adapter, but engine.kind is 'bih'",
+                        "engine.kind 'command' with it, or no '" + key + "'");
+      }
+    }
+    return;
+  }
+  const std::string name_valid = "a short name such as \"llama.cpp\" (letters, digits, . _ -)";
+  if (!read_string(j, at, "name", e.name, name_valid)) {
+    at.at("name").fail("engine.kind 'command' needs a name (it ends the scenario id)", name_valid);
+  }
+  const bool name_ok = !e.name.empty() && std::all_of(e.name.begin(), e.name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+  });
+  if (!name_ok) at.at("name").fail("bad engine name " + shown(json(e.name)), name_valid);
+  const std::string command_valid = "a non-empty array of strings: [program, args...]";
+  const json* command = find(j, "command");
+  if (command == nullptr) {
+    at.at("command").fail("engine.kind 'command' needs the adapter's command line", command_valid);
+  }
+  if (!command->is_array() || command->empty()) {
+    at.at("command").fail("expected " + command_valid + ", got " + shown(*command),
+                          command_valid);
+  }
+  for (size_t i = 0; i < command->size(); ++i) {
+    if (!(*command)[i].is_string() || (*command)[i].get<std::string>().empty()) {
+      at.at("command").at(i).fail("expected a non-empty string, got " + shown((*command)[i]),
+                                  command_valid);
+    }
+    e.command.push_back((*command)[i].get<std::string>());
+  }
+  if (read_string(j, at, "cwd", e.cwd, "a folder")) {
+    if (e.cwd.empty()) at.at("cwd").fail("the folder is empty", "a folder");
+    e.cwd = resolve_path(at.file, e.cwd);
+  } else {
+    e.cwd = fs::absolute(fs::path(at.file).parent_path()).lexically_normal().string();
+  }
+  if (const json* env = find(j, "env")) {
+    const Cursor env_at = at.at("env");
+    if (!env->is_object()) {
+      env_at.fail("expected an object, got " + shown(*env), "an object of names to strings");
+    }
+    for (const auto& [key, value] : env->items()) {
+      std::string text;
+      read_string(*env, env_at, key, text, "a string, e.g. \"1\"");
+      e.env[key] = text;
+    }
+  }
+  if (const json* options = find(j, "options")) {
+    if (!options->is_object()) {
+      at.at("options").fail("expected an object, got " + shown(*options),
+                            "an object handed to the adapter as init.options");
+    }
+    e.options = *options;
+  }
+  std::string format;
+  if (read_string(j, at, "model_format", format, "one of " + quoted_list(kModelFormats))) {
+    if (std::find(kModelFormats.begin(), kModelFormats.end(), format) == kModelFormats.end()) {
+      at.at("model_format")
+          .fail("unknown model format '" + format + "'", "one of " + quoted_list(kModelFormats));
+    }
+    e.model_format = format;
+  }
+  if (const json* v = find(j, "reply_timeout_s")) {
+    if (!v->is_number() || v->get<double>() < 0) {
+      at.at("reply_timeout_s")
+          .fail("expected a number of seconds >= 0, got " + shown(*v), "0 (90% of timeout_s) or more");
+    }
+    e.reply_timeout_s = v->get<double>();
+  }
+}
+
+// The knob leaves the input sets, dotted ("parallel.tp", "nccl_env.NCCL_ALGO", "kernels").
+std::vector<std::string> knobs_set_in(const json& j) {
+  std::vector<std::string> set;
+  for (const std::string& section : kKnobSections) {
+    const json* v = find(j, section);
+    if (v == nullptr) continue;
+    if (!v->is_object()) {
+      set.push_back(section);
+      continue;
+    }
+    for (const auto& [key, value] : v->items()) set.push_back(section + "." + key);
+  }
+  return set;
+}
+
 // The token-id lists of a prompts file: checked here so a bad file fails before any run starts.
 // Returns the longest prompt's length.
 int check_prompts_file(const std::string& path, const Cursor& at, int vocab_size) {
@@ -476,9 +589,14 @@ std::vector<std::string> scenario_dotted_keys() {
 bool is_scenario_dotted_key(const std::string& dotted) {
   static const std::vector<std::string> keys = scenario_dotted_keys();
   if (std::find(keys.begin(), keys.end(), dotted) != keys.end()) return true;
-  const std::string env_prefix = "nccl_env.NCCL_";
-  return dotted.size() > env_prefix.size() && dotted.rfind(env_prefix, 0) == 0 &&
-         dotted.find('.', env_prefix.size()) == std::string::npos;
+  // Free-form maps: any one name below them.
+  for (const std::string prefix : {"nccl_env.NCCL_", "engine.options.", "engine.env."}) {
+    if (dotted.size() > prefix.size() && dotted.rfind(prefix, 0) == 0 &&
+        dotted.find('.', prefix.size()) == std::string::npos) {
+      return true;
+    }
+  }
+  return false;
 }
 
 Scenario scenario_from_json(const json& j, const std::string& file, const std::string& pointer) {
@@ -564,6 +682,8 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
     }
   }
   read_bool(j, at, "localize", s.localize);
+  if (const json* v = find(j, "engine")) parse_engine(*v, at.at("engine"), s);
+  s.knobs_set = knobs_set_in(j);
   if (const json* v = find(j, "debug")) {
     const Cursor d_at = at.at("debug");
     check_object(*v, d_at, kDebugKeys);
@@ -586,7 +706,68 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
   return s;
 }
 
+namespace {
+
+bool is_set(const std::vector<std::string>& knobs_set, const std::string& dotted) {
+  return std::find(knobs_set.begin(), knobs_set.end(), dotted) != knobs_set.end();
+}
+
+// A value in an id: strings bare, everything else compact JSON.
+std::string id_value(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+}  // namespace
+
+// An external engine's id names only what the input set: the knobs it was handed (in the order
+// of bih's ids), the model, and the engine with its options: "tp=2,model=tiny,engine=vllm".
+static std::string external_engine_id(const Scenario& s, const std::string& model_part) {
+  const auto set = [&](const std::string& dotted) { return is_set(s.knobs_set, dotted); };
+  std::vector<std::string> parts;
+  if (set("parallel.tp")) parts.push_back("tp=" + std::to_string(s.tp));
+  if (set("sequence_parallel.enabled") || set("sequence_parallel.min_tokens")) {
+    parts.push_back(s.sp_enabled ? "sp=on(min=" + std::to_string(s.sp_min_tokens) + ")"
+                                 : "sp=off");
+  }
+  if (set("collectives.all_reduce")) parts.push_back("ar=" + to_string(s.all_reduce));
+  if (set("collectives.reduce_scatter")) parts.push_back("rs=" + to_string(s.reduce_scatter));
+  if (set("cudagraph.mode")) parts.push_back("graph=" + to_string(s.graph_mode));
+  if (set("prefix_caching.enabled")) {
+    parts.push_back(std::string("prefix=") + (s.prefix_caching ? "on" : "off"));
+  }
+  if (set("kernels")) parts.push_back("kernels=" + to_string(s.kernels));
+  parts.push_back(model_part);
+  if (set("collectives.all_gather")) parts.push_back("ag=" + to_string(s.all_gather));
+  if (set("chunked_prefill.max_tokens")) {
+    parts.push_back("chunk=" + std::to_string(s.chunked_prefill_max_tokens));
+  }
+  if (set("parallel.ranks")) parts.push_back("ranks=" + to_string(s.ranks));
+  if (set("backend")) parts.push_back("backend=" + to_string(s.backend));
+  if (set("cudagraph.capture_sizes")) {
+    std::vector<std::string> sizes;
+    for (int n : s.capture_sizes) sizes.push_back(std::to_string(n));
+    parts.push_back("capture=" + join(sizes, "-"));
+  }
+  if (set("prefix_caching.block_size")) parts.push_back("block=" + std::to_string(s.block_size));
+  for (const auto& [key, value] : s.nccl_env) parts.push_back(key + "=" + value);
+  std::string engine_part = "engine=" + s.engine.name;
+  if (!s.engine.options.empty()) {
+    std::vector<std::string> options;
+    for (const auto& [key, value] : s.engine.options.items()) {
+      options.push_back(key + "=" + id_value(value));
+    }
+    engine_part += "(" + join(options, ",") + ")";
+  }
+  parts.push_back(engine_part);
+  if (!s.fault.empty()) parts.push_back("fault=" + s.fault);
+  return join(parts, ",");
+}
+
 std::string Scenario::id() const {
+  if (!engine.is_bih()) {
+    std::string model_part =
+        "model=" + (model.path.empty() ? model.preset : last_path_component(model.path));
+    if (model.seed != 0) model_part += "(seed=" + std::to_string(model.seed) + ")";
+    return external_engine_id(*this, model_part);
+  }
   std::vector<std::string> parts;
   parts.push_back("tp=" + std::to_string(tp));
   parts.push_back(sp_enabled ? "sp=on(min=" + std::to_string(sp_min_tokens) + ")" : "sp=off");
@@ -639,7 +820,17 @@ json Scenario::to_json() const {
                   {"max_len", plan.prompts.max_len},
                   {"seed", plan.prompts.seed}};
   if (!plan.prompts.file.empty()) prompts["file"] = plan.prompts.file;
-  return json{{"name", name},
+  json engine_json = {{"kind", engine.kind}};
+  if (!engine.is_bih()) {
+    engine_json["name"] = engine.name;
+    engine_json["command"] = engine.command;
+    engine_json["cwd"] = engine.cwd;
+    engine_json["env"] = engine.env;
+    engine_json["options"] = engine.options;
+    engine_json["model_format"] = engine.model_format;
+    engine_json["reply_timeout_s"] = engine.reply_timeout_s;
+  }
+  json out{{"name", name},
               {"model", model_json},
               {"backend", to_string(backend)},
               {"parallel", {{"tp", tp}, {"ranks", to_string(ranks)}, {"ring_order", ring}}},
@@ -664,7 +855,39 @@ json Scenario::to_json() const {
               {"timeout_s", timeout_s},
               {"expect", expect ? json(to_string(*expect)) : json(nullptr)},
               {"localize", localize},
-              {"debug", {{"fault", fault.empty() ? "none" : fault}}}};
+              {"debug", {{"fault", fault.empty() ? "none" : fault}}},
+              {"engine", engine_json}};
+  if (engine.is_bih()) return out;
+  // An external engine keeps its own defaults: only the knobs the input set stay.
+  for (const std::string& section : kKnobSections) {
+    json& value = out[section];
+    if (!value.is_object()) {
+      if (!is_set(knobs_set, section)) out.erase(section);
+      continue;
+    }
+    std::vector<std::string> drop;
+    for (const auto& [key, leaf] : value.items()) {
+      if (!is_set(knobs_set, section + "." + key)) drop.push_back(key);
+    }
+    for (const std::string& key : drop) value.erase(key);
+    if (value.empty()) out.erase(section);
+  }
+  return out;
+}
+
+json Scenario::knobs_json() const {
+  const json full = [this] {
+    Scenario copy = *this;
+    copy.engine = EngineSpec{};  // the bih form: every knob present
+    return copy.to_json();
+  }();
+  json knobs = json::object();
+  for (const std::string& dotted : knobs_set) {
+    const auto dot = dotted.find('.');
+    const json& section = full.at(dotted.substr(0, dot));
+    knobs[dotted] = dot == std::string::npos ? section : section.at(dotted.substr(dot + 1));
+  }
+  return knobs;
 }
 
 }  // namespace bih

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/scenario.hpp"
+#include "spec/scenario.hpp"
 
 namespace bih {
 

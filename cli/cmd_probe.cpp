@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/atomic_file.hpp"
-#include "harness/cli/commands.hpp"
+#include "base/atomic_file.hpp"
+#include "cli/commands.hpp"
 #include "probes/probe.hpp"
 #if defined(BIH_HAVE_CUDA)
 #include "probes/cuda_probes.hpp"

@@ -1,12 +1,13 @@
-// cuda_engine.cpp: the CUDA backend's engine factory (cuda_engine.hpp).
-#include "models/cuda/cuda_engine.hpp"
+// bih_cuda_engine.cpp: the CUDA backend of bih's engine, registered in the engine registry.
+#include "engines/cuda/bih_cuda_engine.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
 
-#include "harness/engine_setup.hpp"
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
+#include "engines/bih_engine.hpp"
+#include "engines/registry.hpp"
 #include "models/cuda/cuda_forward.hpp"
 #include "models/cuda/device_info.hpp"
 #include "models/cuda/device_weights.hpp"
@@ -97,11 +98,11 @@ EngineBundle make_cuda_engine(const Scenario& s, std::shared_ptr<const ModelWeig
 }  // namespace
 
 void register_cuda_backend() {
-  CudaBackendHooks hooks;
-  hooks.gpu_count = device_count;
-  if (nccl_available()) hooks.nccl_unique_id = [] { return nccl_unique_id_hex(); };
-  hooks.make_engine = make_cuda_engine;
-  set_cuda_backend(std::move(hooks));
+  BihCudaBackend backend;
+  backend.gpu_count = device_count;
+  if (nccl_available()) backend.nccl_unique_id = [] { return nccl_unique_id_hex(); };
+  backend.make_engine = make_cuda_engine;
+  EngineRegistry::instance().set_bih_cuda(std::move(backend));
 }
 
 }  // namespace bih::cuda

@@ -1,9 +1,9 @@
-#include "harness/plan.hpp"
+#include "spec/plan.hpp"
 
 #include <filesystem>
 #include <fstream>
 
-#include "harness/errors.hpp"
+#include "base/errors.hpp"
 
 namespace bih {
 namespace {

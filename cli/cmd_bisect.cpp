@@ -2,7 +2,7 @@
 #include <memory>
 
 #include "harness/bisect.hpp"
-#include "harness/cli/commands.hpp"
+#include "cli/commands.hpp"
 
 namespace bih::cli {
 

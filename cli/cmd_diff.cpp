@@ -2,10 +2,10 @@
 #include <cstdio>
 #include <memory>
 
-#include "harness/cli/commands.hpp"
+#include "cli/commands.hpp"
 #include "harness/diff.hpp"
 #include "harness/generation.hpp"
-#include "harness/scenario_file.hpp"
+#include "spec/scenario_file.hpp"
 #include "harness/worker.hpp"
 
 namespace bih::cli {
