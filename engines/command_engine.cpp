@@ -1,15 +1,216 @@
 // command_engine.cpp: the adapter engine (command_engine.hpp).
 #include "engines/command_engine.hpp"
 
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "base/child_process.hpp"
 #include "base/errors.hpp"
+#include "base/line_process.hpp"
+#include "engines/engine_protocol.hpp"
+#include "engines/model_handoff.hpp"
 #include "engines/registry.hpp"
 
 namespace bih {
+namespace {
 
-std::string command_engine_unsupported_reason(const Scenario& s) { return ""; }
+using nlohmann::json;
+
+// Knobs that only bih's own engine has: its collectives' summation-order models and its rank
+// layout. No external engine can be told to use them.
+const std::vector<std::string> kBihOnlyKnobs{"collectives.all_reduce", "collectives.reduce_scatter",
+                                             "collectives.all_gather", "parallel.ranks",
+                                             "parallel.ring_order"};
+
+std::string join_words(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+class CommandEngine : public TestedEngine {
+ public:
+  CommandEngine(const Scenario& s, const std::string& work_dir) : scenario_(s) {
+    reply_timeout_s_ = s.engine.reply_timeout_s > 0 ? s.engine.reply_timeout_s : 0.9 * s.timeout_s;
+    model_ = hand_off_model(s);
+    const std::string log =
+        (std::filesystem::path(work_dir) / fmt::format("adapter-{}.log", getpid())).string();
+    process_ = std::make_unique<LineProcess>(s.engine.command, s.engine.cwd, s.engine.env, log);
+    identity_.kind = "command";
+    identity_.details = {{"command", s.engine.command},
+                         {"cwd", s.engine.cwd},
+                         {"env", s.engine.env},
+                         {"options", s.engine.options},
+                         {"model_format", model_.format},
+                         {"model_path", model_.path}};
+
+    json knobs = s.knobs_json();
+    const protocol::Limits limits{*std::max_element(s.plan.batch_sizes.begin(),
+                                                    s.plan.batch_sizes.end()),
+                                  s.plan.max_model_len, s.plan.max_tokens};
+    send(protocol::init_message(model_, knobs, s.engine.options, limits), "init");
+    const json answer = receive("its hello (the answer to init)", {});
+    const std::string type = answer["type"];
+    if (type == "unsupported") {
+      const std::string reason = answer.value("reason", std::string("(no reason given)"));
+      process_->finish(5);
+      throw UnsupportedError(fmt::format("engine {}: {}", s.engine.name, reason));
+    }
+    if (type == "error") fail("answered init with an error: " + message_of(answer));
+    if (type != "hello") fail("answered init with a '" + type + "' message, not a hello");
+    try {
+      const protocol::Hello hello = protocol::parse_hello(answer);
+      identity_.name = hello.engine_name;
+      identity_.version = hello.engine_version;
+      identity_.value = hello.value;
+      identity_.settings = hello.settings;
+      identity_.details["adapter"] = hello.adapter;
+      step_stats_ = hello.step_stats;
+    } catch (const protocol::ProtocolError& e) {
+      fail(e.what());
+    }
+  }
+
+  ~CommandEngine() override { shutdown(); }
+
+  const EngineIdentity& identity() const override { return identity_; }
+  EngineCapabilities capabilities() const override { return {false, true, step_stats_}; }
+  int vocab_size() const override { return model_.config.vocab_size; }
+  std::string model_hash() override { return handed_off_weights_hash(scenario_); }
+
+  std::vector<SequenceResult> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                       int max_tokens, GenerateStats* stats,
+                                       const ProgressFn& progress) override {
+    const int64_t id = next_id_++;
+    send(protocol::generate_message(id, prompts, max_tokens),
+         fmt::format("generate request {}", id));
+    const json answer = receive(fmt::format("its result for request {} ({} prompts x {} tokens)",
+                                            id, prompts.size(), max_tokens),
+                                progress);
+    const std::string type = answer["type"];
+    if (type == "error") fail(fmt::format("failed request {}: {}", id, message_of(answer)));
+    if (type != "result") fail(fmt::format("answered request {} with a '{}' message", id, type));
+    try {
+      return protocol::parse_result(answer, id, prompts.size(), max_tokens, vocab_size(), stats);
+    } catch (const protocol::ProtocolError& e) {
+      fail(e.what());
+    }
+  }
+
+  void shutdown() override {
+    if (!process_ || shut_down_) return;
+    shut_down_ = true;
+    process_->write_line(protocol::shutdown_message().dump());
+    process_->finish(10);
+  }
+
+ private:
+  static std::string message_of(const json& answer) {
+    const auto it = answer.find("message");
+    return it != answer.end() && it->is_string() ? protocol::quote_text(it->get<std::string>(), 2000)
+                                                 : protocol::quote_text(answer.dump());
+  }
+
+  [[noreturn]] void fail(const std::string& what) {
+    std::string how;
+    if (process_->exited(&how)) {
+      how = "; the adapter " + how;
+    } else {
+      how.clear();
+    }
+    std::string tail;
+    for (std::string line : split_lines(tail_of_file(process_->stderr_file(), 8))) {
+      tail += "\n  | " + (line.size() > 300 ? line.substr(0, 300) + "..." : line);
+    }
+    shut_down_ = true;
+    process_->finish(2);
+    throw InfraError(fmt::format("engine {} (adapter: {}) {}{}{}", scenario_.engine.name,
+                                 join_words(scenario_.engine.command), what, how,
+                                 tail.empty() ? "; its stderr is empty"
+                                              : "; last lines of its stderr:" + tail));
+  }
+
+  static std::vector<std::string> split_lines(const std::string& text) {
+    std::vector<std::string> lines;
+    size_t start = 0;
+    while (start < text.size()) {
+      size_t nl = text.find('\n', start);
+      if (nl == std::string::npos) nl = text.size();
+      lines.push_back(text.substr(start, nl - start));
+      start = nl + 1;
+    }
+    return lines;
+  }
+
+  void send(const json& message, const std::string& what) {
+    if (!process_->write_line(message.dump())) fail("stopped reading before the " + what);
+  }
+
+  // The next message other than progress; fails on a closed stdout, a timeout or a non-message.
+  json receive(const std::string& waiting_for, const ProgressFn& progress) {
+    for (;;) {
+      std::string line;
+      switch (process_->read_line(reply_timeout_s_, line)) {
+        case LineProcess::ReadStatus::timeout:
+          fail(fmt::format("did not answer within {:.0f} s (engine.reply_timeout_s) while bih "
+                           "waited for {}",
+                           reply_timeout_s_, waiting_for));
+        case LineProcess::ReadStatus::closed:
+          process_->finish(2);
+          fail("closed its stdout while bih waited for " + waiting_for);
+        case LineProcess::ReadStatus::line:
+          break;
+      }
+      if (line.empty()) continue;
+      json message;
+      try {
+        message = protocol::parse_line(line);
+      } catch (const protocol::ProtocolError& e) {
+        fail(std::string(e.what()) + " while bih waited for " + waiting_for);
+      }
+      if (message["type"] == "progress") {
+        if (progress && message.contains("text") && message["text"].is_string()) {
+          progress(message["text"].get<std::string>());
+        }
+        continue;
+      }
+      return message;
+    }
+  }
+
+  Scenario scenario_;
+  protocol::ModelHandle model_;
+  std::unique_ptr<LineProcess> process_;
+  EngineIdentity identity_;
+  double reply_timeout_s_ = 0;
+  int64_t next_id_ = 1;
+  bool step_stats_ = false;
+  bool shut_down_ = false;
+};
+
+}  // namespace
+
+std::string command_engine_unsupported_reason(const Scenario& s) {
+  std::vector<std::string> refused;
+  for (const std::string& knob : kBihOnlyKnobs) {
+    if (std::find(s.knobs_set.begin(), s.knobs_set.end(), knob) != s.knobs_set.end()) {
+      refused.push_back(knob);
+    }
+  }
+  if (refused.empty()) return "";
+  std::string list;
+  for (const auto& k : refused) list += (list.empty() ? "" : ", ") + k;
+  return fmt::format(
+      "engine {}: {} {} bih's own engine's (its emulated collectives' summation orders and rank "
+      "layout); an external engine cannot be told to use {}, so it is not run with something "
+      "else instead",
+      s.engine.name, list, refused.size() == 1 ? "is" : "are", refused.size() == 1 ? "it" : "them");
+}
 
 std::unique_ptr<TestedEngine> start_command_engine(const Scenario& s, const std::string& work_dir) {
-  throw InfraError("the command engine is being built");
+  return std::make_unique<CommandEngine>(s, work_dir);
 }
 
 EngineKind command_engine_kind() {

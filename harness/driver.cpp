@@ -150,6 +150,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     const int processes = nccl ? scenario.tp : 1;
     const std::string nccl_id = nccl ? bih_nccl_unique_id() : "";
     std::atomic<bool> failed{false};
+    std::string declined;  // an engine's `unsupported` answer, from the worker's stdout
     std::vector<ChildResult> results(processes);
     std::vector<std::string> err_files(processes);
     auto run_rank = [&](int r) {
@@ -167,6 +168,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
           [&](const std::string& line) {
             if (line.rfind("@progress ", 0) == 0)
               progress((fresh ? "fresh process: " : "") + line.substr(10));
+            if (line.rfind("@unsupported ", 0) == 0 && r == 0) declined = line.substr(13);
           },
           &failed);
       if (!results[r].ok()) failed = true;
@@ -183,14 +185,19 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
                          nccl ? fmt::format(" of rank {}", r) : "", results[r].describe(),
                          tail.empty() ? "" : "; last lines of stderr:\n", tail);
     }
+    if (!declined.empty()) return "@unsupported " + declined;
     return "";
   };
-
-  if (std::string failure = launch(false); !failure.empty()) return finish(Verdict::error, failure);
-  if (!plan.fresh.empty()) {
-    if (std::string failure = launch(true); !failure.empty()) {
-      return finish(Verdict::error, failure);
+  const auto ended = [&](const std::string& failure) {
+    if (failure.rfind("@unsupported ", 0) == 0) {
+      return finish(Verdict::unsupported, failure.substr(13));
     }
+    return finish(Verdict::error, failure);
+  };
+
+  if (std::string failure = launch(false); !failure.empty()) return ended(failure);
+  if (!plan.fresh.empty()) {
+    if (std::string failure = launch(true); !failure.empty()) return ended(failure);
   }
 
   try {
@@ -203,8 +210,20 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     }
     const nlohmann::json meta = read_json_file((work / "meta.json").string());
     for (const auto& [key, value] : meta.at("model").items()) report.model[key] = value;
-    report.engine = {{"backend", meta.value("backend", "cpu")},
-                     {"communicator", meta.value("communicator", "")}};
+    report.engine = nlohmann::json::object();
+    for (const char* key : {"backend", "communicator"}) {
+      if (!meta.value(key, std::string()).empty()) report.engine[key] = meta[key];
+    }
+    if (meta.contains("engine")) {
+      const nlohmann::json& e = meta["engine"];
+      for (const char* key : {"kind", "name", "version", "value", "settings"}) {
+        if (e.contains(key)) report.engine[key] = e[key];
+      }
+      const nlohmann::json details = e.value("details", nlohmann::json::object());
+      for (const auto& [key, value] : details.items()) {
+        if (key != "backend" && key != "communicator") report.engine[key] = value;
+      }
+    }
     if (scenario.ranks == RankKind::nccl) {
       nlohmann::json nccl_env = report.environment.value("nccl_env", nlohmann::json::object());
       for (const auto& [key, value] : scenario.nccl_env) nccl_env[key] = value;

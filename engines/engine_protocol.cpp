@@ -1,0 +1,191 @@
+// engine_protocol.cpp: bih.engine/1 messages (engine_protocol.hpp).
+#include "engines/engine_protocol.hpp"
+
+#include <fmt/core.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace bih::protocol {
+namespace {
+
+using nlohmann::json;
+
+const json& field(const json& message, const std::string& key, const std::string& what) {
+  auto it = message.find(key);
+  if (it == message.end()) {
+    throw ProtocolError(fmt::format("{} has no \"{}\": {}", what, key, quote_text(message.dump())));
+  }
+  return *it;
+}
+
+std::string string_field(const json& message, const std::string& key, const std::string& what) {
+  const json& v = field(message, key, what);
+  if (!v.is_string()) {
+    throw ProtocolError(fmt::format("{}'s \"{}\" is not a string: {}", what, key,
+                                    quote_text(v.dump())));
+  }
+  return v.get<std::string>();
+}
+
+}  // namespace
+
+std::string quote_text(const std::string& text, size_t limit) {
+  if (text.size() <= limit) return "'" + text + "'";
+  return "'" + text.substr(0, limit) + "' (cut; " + std::to_string(text.size()) + " bytes)";
+}
+
+json init_message(const ModelHandle& model, const json& knobs, const json& options,
+                  const Limits& limits) {
+  const ModelConfig& c = model.config;
+  return {{"type", "init"},
+          {"protocol", kVersion},
+          {"model",
+           {{"format", model.format},
+            {"path", model.path},
+            {"id", model.id},
+            {"config",
+             {{"vocab_size", c.vocab_size},
+              {"hidden_size", c.hidden_size},
+              {"num_hidden_layers", c.num_layers},
+              {"num_attention_heads", c.num_heads},
+              {"num_key_value_heads", c.num_kv_heads},
+              {"head_dim", c.head_dim},
+              {"intermediate_size", c.intermediate_size},
+              {"rope_theta", c.rope_theta},
+              {"rms_norm_eps", c.rms_norm_eps},
+              {"tie_word_embeddings", c.tie_word_embeddings}}}}},
+          {"knobs", knobs},
+          {"options", options},
+          {"limits",
+           {{"max_batch", limits.max_batch},
+            {"max_model_len", limits.max_model_len},
+            {"max_tokens", limits.max_tokens}}}};
+}
+
+json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& prompts,
+                      int max_tokens) {
+  return {{"type", "generate"}, {"id", id},         {"prompts", prompts},
+          {"max_tokens", max_tokens}, {"greedy", true}, {"ignore_eos", true}};
+}
+
+json shutdown_message() { return {{"type", "shutdown"}}; }
+
+json parse_line(const std::string& line) {
+  json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (message.is_discarded()) {
+    throw ProtocolError("the adapter wrote a line that is not JSON: " + quote_text(line) +
+                        " (stdout must carry only protocol lines; log to stderr)");
+  }
+  if (!message.is_object() || !message.contains("type") || !message["type"].is_string()) {
+    throw ProtocolError("the adapter wrote JSON that is not a message (an object with a string "
+                        "\"type\"): " +
+                        quote_text(line));
+  }
+  return message;
+}
+
+Hello parse_hello(const json& message) {
+  const std::string what = "the adapter's hello";
+  Hello h;
+  if (const std::string p = string_field(message, "protocol", what); p != kVersion) {
+    throw ProtocolError(fmt::format("the adapter speaks protocol {}, bih speaks {}", quote_text(p),
+                                    kVersion));
+  }
+  const json& engine = field(message, "engine", what);
+  if (!engine.is_object()) throw ProtocolError(what + "'s \"engine\" is not an object");
+  h.engine_name = string_field(engine, "name", what + "'s engine");
+  h.engine_version = string_field(engine, "version", what + "'s engine");
+  if (h.engine_name.empty()) throw ProtocolError(what + " names no engine");
+  h.value = message.contains("value") ? string_field(message, "value", what) : "logprob";
+  if (h.value != "logprob" && h.value != "probability") {
+    throw ProtocolError(fmt::format("{}'s \"value\" is {}; valid: \"logprob\" or \"probability\"",
+                                    what, quote_text(h.value)));
+  }
+  if (message.contains("settings")) {
+    if (!message["settings"].is_object()) {
+      throw ProtocolError(what + "'s \"settings\" is not an object");
+    }
+    h.settings = message["settings"];
+  }
+  if (message.contains("adapter") && message["adapter"].is_object()) h.adapter = message["adapter"];
+  if (message.contains("capabilities") && message["capabilities"].is_object()) {
+    h.step_stats = message["capabilities"].value("step_stats", false);
+  }
+  return h;
+}
+
+float parse_value(const json& value) {
+  if (value.is_string()) {
+    const std::string text = value.get<std::string>();
+    const bool hex = text.size() == 10 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X') &&
+                     text.find_first_not_of("0123456789abcdefABCDEF", 2) == std::string::npos;
+    if (!hex) {
+      throw ProtocolError("value " + quote_text(text) +
+                          " is not a float32 bit pattern; valid: \"0x\" and 8 hex digits, "
+                          "or a JSON number");
+    }
+    return std::bit_cast<float>(static_cast<uint32_t>(std::stoul(text.substr(2), nullptr, 16)));
+  }
+  if (value.is_number()) return static_cast<float>(value.get<double>());
+  throw ProtocolError("value " + quote_text(value.dump()) +
+                      " is neither a float32 bit pattern string nor a number");
+}
+
+std::vector<SequenceResult> parse_result(const json& message, int64_t id, size_t prompts,
+                                         int max_tokens, int vocab_size, GenerateStats* stats) {
+  const std::string what = fmt::format("the adapter's result for request {}", id);
+  const json& got_id = field(message, "id", what);
+  if (!got_id.is_number_integer() || got_id.get<int64_t>() != id) {
+    throw ProtocolError(fmt::format("{} carries id {}", what, quote_text(got_id.dump())));
+  }
+  const json& sequences = field(message, "sequences", what);
+  if (!sequences.is_array() || sequences.size() != prompts) {
+    throw ProtocolError(fmt::format("{} has {} sequences for {} prompts", what,
+                                    sequences.is_array() ? std::to_string(sequences.size())
+                                                         : "no list of",
+                                    prompts));
+  }
+  std::vector<SequenceResult> out(prompts);
+  for (size_t i = 0; i < prompts; ++i) {
+    const std::string where = fmt::format("{}, sequence {}", what, i);
+    const json& seq = sequences[i];
+    if (!seq.is_object()) throw ProtocolError(where + " is not an object");
+    const json& tokens = field(seq, "tokens", where);
+    const json& values = field(seq, "values", where);
+    for (const auto* list : {&tokens, &values}) {
+      if (!list->is_array() || list->size() != static_cast<size_t>(max_tokens)) {
+        throw ProtocolError(fmt::format(
+            "{} has {} {} for max_tokens {}", where,
+            list->is_array() ? std::to_string(list->size()) : "no list of",
+            list == &tokens ? "tokens" : "values", max_tokens));
+      }
+    }
+    for (int t = 0; t < max_tokens; ++t) {
+      const json& token = tokens[t];
+      if (!token.is_number_integer() || token.get<int64_t>() < 0 ||
+          token.get<int64_t>() >= vocab_size) {
+        throw ProtocolError(fmt::format("{} token {} is {}; valid: a token id in 0..{}", where, t,
+                                        quote_text(token.dump()), vocab_size - 1));
+      }
+      out[i].tokens.push_back(static_cast<int32_t>(token.get<int64_t>()));
+      try {
+        out[i].logprobs.push_back(parse_value(values[t]));
+      } catch (const ProtocolError& e) {
+        throw ProtocolError(fmt::format("{} value {}: {}", where, t, e.what()));
+      }
+    }
+  }
+  if (stats != nullptr && message.contains("stats") && message["stats"].is_object()) {
+    const json& s = message["stats"];
+    const auto add = [&](const char* key, int64_t& to) {
+      if (s.contains(key) && s[key].is_number_integer()) to += s[key].get<int64_t>();
+    };
+    add("steps", stats->steps);
+    add("rows", stats->rows);
+  }
+  return out;
+}
+
+}  // namespace bih::protocol

@@ -1,0 +1,73 @@
+// engine_protocol.hpp: the messages of bih.engine/1 (docs/engine-protocol.md), built and checked.
+//
+// Pure functions over JSON, so that every rule an adapter can break is tested (and fuzzed) without
+// a process: each check throws ProtocolError with what was wrong, quoting the adapter's own words.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "models/config.hpp"
+#include "models/engine.hpp"
+
+namespace bih::protocol {
+
+inline constexpr const char* kVersion = "bih.engine/1";
+
+class ProtocolError : public std::runtime_error {
+ public:
+  explicit ProtocolError(const std::string& what) : std::runtime_error(what) {}
+};
+
+// The model as handed to an adapter.
+struct ModelHandle {
+  std::string format;  // "hf" | "gguf"
+  std::string path;    // absolute
+  std::string id;      // "preset:tiny(seed=0)" or the checkpoint path
+  ModelConfig config;
+};
+
+struct Limits {
+  int max_batch = 0;
+  int max_model_len = 0;
+  int max_tokens = 0;
+};
+
+nlohmann::json init_message(const ModelHandle& model, const nlohmann::json& knobs,
+                            const nlohmann::json& options, const Limits& limits);
+nlohmann::json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& prompts,
+                                int max_tokens);
+nlohmann::json shutdown_message();
+
+// A line the adapter wrote, as a message: a JSON object with a string "type". Throws
+// ProtocolError quoting the line (cut to 200 characters) otherwise.
+nlohmann::json parse_line(const std::string& line);
+
+// Cuts text to at most `limit` characters for a message, marking the cut.
+std::string quote_text(const std::string& text, size_t limit = 200);
+
+struct Hello {
+  std::string engine_name;
+  std::string engine_version;
+  std::string value;  // "logprob" | "probability"
+  nlohmann::json settings = nlohmann::json::object();
+  nlohmann::json adapter = nlohmann::json::object();
+  bool step_stats = false;
+};
+
+// The answer to init of type "hello"; throws ProtocolError for a missing or wrong field.
+Hello parse_hello(const nlohmann::json& message);
+
+// One value of a result: "0x3f800000" (float32 bits, exact) or a JSON number rounded to float32.
+float parse_value(const nlohmann::json& value);
+
+// The answer to generate `id` of type "result": exactly `prompts` sequences of exactly max_tokens
+// tokens in 0..vocab_size-1 and max_tokens values. `stats` (may be null) gets result.stats.
+std::vector<SequenceResult> parse_result(const nlohmann::json& message, int64_t id,
+                                         size_t prompts, int max_tokens, int vocab_size,
+                                         GenerateStats* stats);
+
+}  // namespace bih::protocol
