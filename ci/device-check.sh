@@ -12,6 +12,11 @@
 #            scenarios/issue-56370-nccl.json with real NCCL at the TP sizes in NCCL_TPS (default
 #            "4 8"; TP sizes above the GPU count come out `unsupported`), filtered by NCCL_ONLY,
 #            each failing cell localized; and its matrix (matrix.md) beside the emulated cells
+#   engines  issue 11: bih export of qwen3-1.7b (norm weights drawn around 1) as an HF checkpoint;
+#            scenarios/hf-transformers.json (HF transformers eager and sdpa beside bih's CUDA engine
+#            on that checkpoint, each whole check timed); the fidelity check of bih's sampled-token
+#            logprobs against an fp32 HF reference, beside HF bf16's own distance to it; HF's own
+#            save_pretrained of the checkpoint, which bih must load to bitwise the same generations
 #   cpu      the CPU matrix scenarios/issue-56370.json on this host
 # BIH_COMMIT names the commit the reports carry: pass the hash from the checkout that sent the tree
 # (the GPU machine's copy may carry stale git metadata), e.g. BIH_COMMIT=1e280c1a2b3c.
@@ -143,6 +148,46 @@ if stage nccl; then
     --rows parallel.tp,parallel.ranks,sequence_parallel.enabled,sequence_parallel.min_tokens,collectives.reduce_scatter \
     --title "issue 56370: real NCCL beside emulation" >/dev/null 2>&1
   grep -vE "^\[|^ *(step|fresh)" "$R/issue-56370-nccl.txt" | tail -30
+  pack
+fi
+
+if stage engines; then
+  t=$(date +%s)
+  ckpt=out/models/qwen3-1.7b-hf
+  rm -rf "$ckpt"
+  "$build/bih" export --preset qwen3-1.7b --norm-weights perturbed --format hf --out "$ckpt" \
+    >"$R/engines-export.log" 2>&1
+  summary "export: exit $? in $(( $(date +%s) - t )) s ($(tail -1 "$R/engines-export.log"))"
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
+    >"$R/engines-versions.txt" 2>&1
+  summary "$(cat "$R/engines-versions.txt")"
+  t=$(date +%s)
+  PYTHONUNBUFFERED=1 BIH_CACHE_DIR="$RAW/cache" "$build/bih" run scenarios/hf-transformers.json \
+    --out "$R/engines" --keep-work >"$R/engines-run.txt" 2>"$R/engines-run.log"
+  summary "hf-transformers.json: exit $? in $(( $(date +%s) - t )) s"
+  cat "$R/engines-run.txt" | tee -a "$OUT/summary.txt"
+  grep -E " -> (error|unsupported)" "$R/engines-run.log" | head -5
+  pack
+  bih_work=$(ls -d "$R"/engines/work/tp=1,* 2>/dev/null | head -1)
+  t=$(date +%s)
+  python3 adapters/hf-transformers/fidelity.py "$ckpt" "$bih_work/gen-bs_1.json" \
+    --out "$R/fidelity.json" >"$R/fidelity.txt" 2>&1
+  summary "fidelity (bih bs=1 vs fp32 HF, beside HF bf16): exit $? in $(( $(date +%s) - t )) s"
+  cat "$R/fidelity.txt" | tail -12 | tee -a "$OUT/summary.txt"
+  pack
+  t=$(date +%s)
+  python3 adapters/hf-transformers/fidelity.py "$ckpt" --save-pretrained "$RAW/hf-save" \
+    >"$R/hf-save.log" 2>&1
+  summary "HF save_pretrained of bih's export: exit $?; config: $(head -c 300 "$RAW/hf-save/config.json" | tr -d '\n ')"
+  "$build/bih" run scenarios/hf-transformers.json --only '*backend=cuda*' \
+    --set model.path="$(realpath "$RAW/hf-save")" --out "$R/engines-hf-save" --keep-work \
+    >"$R/engines-hf-save.txt" 2>"$R/engines-hf-save.log"
+  summary "bih on HF's own save: exit $?"
+  save_work=$(ls -d "$R"/engines-hf-save/work/tp=1,* 2>/dev/null | head -1)
+  for g in gen-bs_1.json gen-bs_64.json; do
+    "$build/bih" diff "$bih_work/$g" "$save_work/$g" >"$R/hf-save-diff-$g.txt" 2>&1
+    summary "bih on bih's export vs on HF's save, $g: exit $? ($(head -1 "$R/hf-save-diff-$g.txt"))"
+  done
   pack
 fi
 

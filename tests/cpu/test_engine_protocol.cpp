@@ -7,7 +7,11 @@
 #include <cmath>
 #include <limits>
 
+#include <fstream>
+#include <sstream>
+
 #include "engines/engine_protocol.hpp"
+#include "schema_check.hpp"
 
 namespace bih::protocol {
 namespace {
@@ -154,6 +158,39 @@ TEST(EngineProtocolInit, CarriesModelKnobsOptionsAndLimits) {
   EXPECT_EQ(gen["prompts"], json::parse("[[1,2],[3]]"));
   EXPECT_EQ(gen["greedy"], true);
   EXPECT_EQ(gen["ignore_eos"], true);
+}
+
+// The messages bih sends and the documented example exchange follow the published schema.
+TEST(EngineProtocolSchema, BihsMessagesAndTheDocumentedExampleValidate) {
+  const testing::SchemaChecker schema(std::string(BIH_SOURCE_DIR) +
+                                      "/docs/engine-protocol.schema.json");
+  ModelHandle model{"hf", "/m", "preset:tiny(seed=0)", {}};
+  model.config.vocab_size = 2048;
+  EXPECT_EQ(schema.errors(init_message(model, json::object(), json::object(), {64, 512, 24})), "");
+  EXPECT_EQ(schema.errors(generate_message(1, {{1, 2}}, 3)), "");
+  EXPECT_EQ(schema.errors(shutdown_message()), "");
+  EXPECT_EQ(schema.errors(good_hello()), "");
+  EXPECT_EQ(schema.errors(result(1, 2, 3)), "");
+  EXPECT_NE(schema.errors(json{{"type", "result"}, {"id", 1}, {"sequences", {{{"tokens", {1}},
+                                                                             {"values", {"one"}}}}}}),
+            "")
+      << "a value that is neither bits nor a number";
+
+  // Every JSON line of the page's example exchange, and bih parses the adapter's lines.
+  std::ifstream page(std::string(BIH_SOURCE_DIR) + "/docs/engine-protocol.md");
+  std::string line;
+  int checked = 0;
+  while (std::getline(page, line)) {
+    if (line.rfind("{\"type\":", 0) != 0) continue;
+    const json message = json::parse(line);
+    EXPECT_EQ(schema.errors(message), "") << line;
+    if (message["type"] == "hello") EXPECT_EQ(parse_hello(message).engine_name, "llama.cpp");
+    if (message["type"] == "result") {
+      EXPECT_EQ(parse_result(message, 1, 2, 3, 2048, nullptr).size(), 2u);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5) << "init, hello, generate, result, shutdown";
 }
 
 }  // namespace
