@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# The README's second command: set up, build, and run every test that needs no GPU (label cpu).
+# The README's second command: set up (Debian packages, the llama.cpp adapter's npm package),
+# build, and run every test that needs no GPU (label cpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
+# The llama.cpp adapter's one package (node-llama-cpp, pinned by its lock file): the end-to-end
+# llama.cpp tests run the real engine.
+if ! command -v npm >/dev/null; then
+  [ "$(id -u)" -eq 0 ] && sudo="" || sudo=sudo
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends nodejs npm
+fi
+bash adapters/llama-cpp/setup.sh
 bash ci/build.sh
 ctest --test-dir "${BIH_BUILD_DIR:-build}" -L cpu --output-on-failure -j "$(nproc)"
