@@ -30,9 +30,9 @@ def check_knobs(knobs):
     for key, value in sorted(knobs.items()):
         if key in HF_KNOB_VALUES and value == HF_KNOB_VALUES[key]:
             continue
-        raise Unsupported("transformers model.generate cannot honour %s=%s (it runs %s)"
-                          % (key, value, "one GPU, eager kernels, no graphs, no prefix cache,"
-                             " no chunked prefill, no NCCL"))
+        raise Unsupported("transformers model.generate cannot honour %s=%r: it runs on one GPU "
+                          "with vendor kernels and no CUDA graphs, sequence parallelism, prefix "
+                          "caching, chunked prefill or NCCL" % (key, value))
 
 
 class HfAdapter(Adapter):

@@ -53,8 +53,9 @@ class Echo(bih_engine.Adapter):
 
 
 def exchange(adapter, *messages):
-    """(exit status, protocol lines as objects, captured stderr text)."""
-    stdin = io.StringIO("".join(json.dumps(m) + "\n" for m in messages))
+    """(exit status, protocol lines as objects, captured stderr text); a str message is sent raw."""
+    stdin = io.StringIO("".join((m if isinstance(m, str) else json.dumps(m)) + "\n"
+                                for m in messages))
     stdout, stderr = io.StringIO(), io.StringIO()
     saved = sys.stderr
     sys.stderr = stderr
@@ -122,9 +123,10 @@ class ProtocolLoop(unittest.TestCase):
         self.assertEqual(status, 1)
         self.assertEqual(lines[0]["type"], "error")
         self.assertIn("bih.engine/9", lines[0]["message"])
-        _, lines, _ = exchange(Echo(), INIT, "not json")  # sent as the JSON string "not json"
+        _, lines, _ = exchange(Echo(), INIT, "not json", {"type": "bogus"}, {"type": "shutdown"})
         self.assertEqual(lines[1]["type"], "error")
-        self.assertIn("unexpected message type", lines[1]["message"])
+        self.assertIn("not JSON: not json", lines[1]["message"])
+        self.assertIn("unexpected message type 'bogus'", lines[2]["message"])
 
     def test_wrong_number_of_tokens_is_an_error(self):
         class Short(Echo):
