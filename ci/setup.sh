@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what bih builds against, from Debian's packages (idempotent; needs root or sudo).
 set -euo pipefail
-pkgs=(cmake ninja-build g++ git python3 nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev
-      libbenchmark-dev libvalijson-dev libxml2-utils)
+pkgs=(cmake ninja-build g++ git nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev
+      libbenchmark-dev libvalijson-dev libxml2-utils python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

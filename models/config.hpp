@@ -40,7 +40,10 @@ std::vector<LinearShape> linear_shapes(const ModelConfig& config);
 std::optional<ModelConfig> preset_config(const std::string& name);
 std::vector<std::string> preset_names();
 
-// Parses a Hugging Face Qwen3 config.json. Throws InputError naming the file and field.
+// Parses a Hugging Face Qwen3 config.json, as transformers 4 or 5 writes it (rope_theta at the top
+// level or in rope_parameters). Throws InputError naming the file and field for a malformed value
+// and for every field whose value would change the math to something bih does not implement
+// (scaled RoPE, sliding windows, biases, another activation or architecture, quantization).
 ModelConfig load_config_json(const std::string& path);
 
 }  // namespace bih

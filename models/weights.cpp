@@ -27,6 +27,12 @@ constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
 constexpr uint64_t kFnvPrime = 0x100000001b3ull;
 
+// bih's synthetic vocabulary: 0 <unk>, 1 <s>, 2 </s>.
+constexpr int kBosTokenId = 1;
+constexpr int kEosTokenId = 2;
+// The transformers release whose config.json format save_checkpoint writes.
+constexpr const char* kTransformersVersion = "5.17.0";
+
 uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -42,14 +48,23 @@ uint64_t fnv1a64(const std::string& s) {
   return h;
 }
 
-// synthetic_normal with the key already derived (the per-element part of the formula).
-float normal_from_key(uint64_t key, uint64_t i) {
+// The standard normal z of the formula in weights.hpp for counter i of a tensor's key.
+double standard_normal_from_key(uint64_t key, uint64_t i) {
   const uint64_t r1 = mix64(key + (2 * i + 1) * kGolden);
   const uint64_t r2 = mix64(key + (2 * i + 2) * kGolden);
   const double u1 = static_cast<double>((r1 >> 11) + 1) * 0x1.0p-53;
   const double u2 = static_cast<double>(r2 >> 11) * 0x1.0p-53;
-  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  return static_cast<float>(0.02 * z);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+// synthetic_normal with the key already derived (the per-element part of the formula).
+float normal_from_key(uint64_t key, uint64_t i) {
+  return static_cast<float>(0.02 * standard_normal_from_key(key, i));
+}
+
+// synthetic_norm with the key already derived.
+float norm_from_key(uint64_t key, uint64_t i) {
+  return static_cast<float>(1.0 + 0.1 * standard_normal_from_key(key, i));
 }
 
 // One tensor of a model: its HF name, shape and storage. The order of tensor_list is the
@@ -160,7 +175,21 @@ float synthetic_normal(uint64_t seed, const std::string& tensor_name, uint64_t i
   return normal_from_key(synthetic_key(seed, tensor_name), i);
 }
 
-ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed) {
+float synthetic_norm(uint64_t seed, const std::string& tensor_name, uint64_t i) {
+  return norm_from_key(synthetic_key(seed, tensor_name), i);
+}
+
+std::optional<NormInit> norm_init_from_name(const std::string& name) {
+  if (name == "ones") return NormInit::ones;
+  if (name == "perturbed") return NormInit::perturbed;
+  return std::nullopt;
+}
+
+const char* norm_init_name(NormInit init) {
+  return init == NormInit::perturbed ? "perturbed" : "ones";
+}
+
+ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed, NormInit norms) {
   validate_config(config);
   ModelWeights w;
   w.config = config;
@@ -171,26 +200,30 @@ ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed) {
   struct Item {
     std::vector<bf16>* data;
     uint64_t key, begin, end;
+    bool norm;  // norm_from_key rather than normal_from_key
   };
   constexpr uint64_t kChunk = 1 << 18;
   std::vector<Item> items;
   for (auto& t : tensors) {
     const uint64_t n = element_count(t.shape);
-    if (is_norm_weight(t.name)) {
+    const bool norm = is_norm_weight(t.name);
+    if (norm && norms == NormInit::ones) {
       t.data->assign(n, to_bf16(1.0f));
       continue;
     }
     t.data->resize(n);
     const uint64_t key = synthetic_key(seed, t.name);
     for (uint64_t b = 0; b < n; b += kChunk)
-      items.push_back({t.data, key, b, std::min(n, b + kChunk)});
+      items.push_back({t.data, key, b, std::min(n, b + kChunk), norm});
   }
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t k = next++; k < items.size(); k = next++) {
       const Item& it = items[k];
       bf16* out = it.data->data();
-      for (uint64_t i = it.begin; i < it.end; ++i) out[i] = to_bf16(normal_from_key(it.key, i));
+      for (uint64_t i = it.begin; i < it.end; ++i) {
+        out[i] = to_bf16(it.norm ? norm_from_key(it.key, i) : normal_from_key(it.key, i));
+      }
     }
   };
   const size_t threads =
@@ -267,27 +300,47 @@ void save_checkpoint(const ModelWeights& weights, const std::string& folder,
   fs::create_directories(dir, ec);
   if (ec) throw InfraError("cannot create " + folder + ": " + ec.message());
 
-  nlohmann::ordered_json config = {{"architectures", {"Qwen3ForCausalLM"}},
-                                   {"model_type", "qwen3"},
-                                   {"hidden_size", c.hidden_size},
-                                   {"num_hidden_layers", c.num_layers},
-                                   {"num_attention_heads", c.num_heads},
-                                   {"num_key_value_heads", c.num_kv_heads},
-                                   {"head_dim", c.head_dim},
-                                   {"intermediate_size", c.intermediate_size},
-                                   {"vocab_size", c.vocab_size},
-                                   {"rope_theta", c.rope_theta},
-                                   {"rope_scaling", nullptr},
-                                   {"rms_norm_eps", shortest_decimal(c.rms_norm_eps)},
-                                   {"tie_word_embeddings", c.tie_word_embeddings},
-                                   {"max_position_embeddings", c.max_position_embeddings},
-                                   {"hidden_act", "silu"},
-                                   {"attention_bias", false},
-                                   {"torch_dtype", "bfloat16"}};
-  {
-    std::ofstream out(dir / "config.json");
-    out << config.dump(2) << "\n";
-    if (!out) throw InfraError("cannot write " + (dir / "config.json").string());
+  // config.json as transformers 5.x writes a Qwen3 model (Qwen3Config.save_pretrained: keys
+  // sorted, as its json.dumps(sort_keys=True); RoPE in rope_parameters with no top-level
+  // rope_theta; torch_dtype renamed dtype), so that every engine reads the same model from it.
+  // nlohmann::json's objects are std::maps: dump() writes the keys sorted too.
+  const nlohmann::json config = {
+      {"architectures", {"Qwen3ForCausalLM"}},
+      {"attention_bias", false},
+      {"attention_dropout", 0.0},
+      {"bos_token_id", kBosTokenId},
+      {"dtype", "bfloat16"},
+      {"eos_token_id", kEosTokenId},
+      {"head_dim", c.head_dim},
+      {"hidden_act", "silu"},
+      {"hidden_size", c.hidden_size},
+      {"initializer_range", 0.02},
+      {"intermediate_size", c.intermediate_size},
+      {"layer_types", std::vector<std::string>(c.num_layers, "full_attention")},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"max_window_layers", c.num_layers},
+      {"model_type", "qwen3"},
+      {"num_attention_heads", c.num_heads},
+      {"num_hidden_layers", c.num_layers},
+      {"num_key_value_heads", c.num_kv_heads},
+      {"rms_norm_eps", shortest_decimal(c.rms_norm_eps)},
+      {"rope_parameters", {{"rope_theta", c.rope_theta}, {"rope_type", "default"}}},
+      {"sliding_window", nullptr},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"transformers_version", kTransformersVersion},
+      {"use_cache", true},
+      {"use_sliding_window", false},
+      {"vocab_size", c.vocab_size}};
+  // Greedy decoding with bih's synthetic special tokens, as HF's GenerationConfig would be saved.
+  const nlohmann::json generation = {{"bos_token_id", kBosTokenId},
+                                     {"do_sample", false},
+                                     {"eos_token_id", kEosTokenId},
+                                     {"transformers_version", kTransformersVersion}};
+  for (const auto& [name, json] :
+       {std::pair{"config.json", &config}, std::pair{"generation_config.json", &generation}}) {
+    std::ofstream out(dir / name);
+    out << json->dump(2) << "\n";
+    if (!out) throw InfraError("cannot write " + (dir / name).string());
   }
 
   std::vector<TensorToWrite> all;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,7 @@ struct ModelWeights {
 struct TensorSpec {
   std::string name;
   std::vector<uint64_t> shape;
-  bool is_norm = false;  // a norm weight: synthetic value 1.0 (otherwise Normal(0, 0.02))
+  bool is_norm = false;  // a norm weight: synthetic 1.0 or synthetic_norm (else Normal(0, 0.02))
 
   uint64_t element_count() const;
 };
@@ -64,8 +65,19 @@ std::string layer_tensor_name(int layer, const std::string& suffix);
 // a tensor's size does not match its shape (a hand-built model), so readers may trust the sizes.
 std::map<std::string, const std::vector<bf16>*> tensors_by_name(const ModelWeights& weights);
 
-// Normal(0, 0.02) for linear and embedding weights, 1.0 for norm weights (HF's init).
-ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed);
+// How synthetic norm weights are drawn. `ones` is HF's init (and the default every fixture's bits
+// depend on); with all-ones norms a norm applied to the wrong heads or rows computes the same
+// thing, so `perturbed` draws each norm weight as 1 + 0.1 * N(0, 1) (synthetic_norm below) to
+// make such a mistake visible. The CUDA generator implements `ones` only.
+enum class NormInit { ones, perturbed };
+
+// "ones" / "perturbed" (a CLI flag's value); nullopt for anything else.
+std::optional<NormInit> norm_init_from_name(const std::string& name);
+const char* norm_init_name(NormInit init);
+
+// Normal(0, 0.02) for linear and embedding weights; norm weights as `norms` says (HF's init: 1.0).
+ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed,
+                               NormInit norms = NormInit::ones);
 
 // The per-tensor part of the formula below: mix64(seed ^ mix64(name_hash)).
 uint64_t synthetic_key(uint64_t seed, const std::string& tensor_name);
@@ -86,13 +98,18 @@ uint64_t synthetic_key(uint64_t seed, const std::string& tensor_name);
 // boundary (probability ~1e-13 per value). Tests compare the GPU copy against this function.
 float synthetic_normal(uint64_t seed, const std::string& tensor_name, uint64_t i);
 
+// The value NormInit::perturbed puts at index i of a norm weight: the same z as above (same key,
+// same counters), then (float)(1.0 + 0.1 * z) in place of (float)(0.02 * z); bf16 RNE after.
+float synthetic_norm(uint64_t seed, const std::string& tensor_name, uint64_t i);
+
 // Reads config.json and the safetensors file(s) of `folder` (model.safetensors, or the shards of
 // model.safetensors.index.json). bf16, f16 and f32 tensors are accepted and stored as bf16.
 // Throws InputError naming the file and tensor on anything missing or mis-shaped.
 ModelWeights load_checkpoint(const std::string& folder);
 
-// Writes config.json and model.safetensors (bf16) to `folder`; with max_shard_bytes > 0, shards
-// model-0000i-of-0000n.safetensors plus model.safetensors.index.json.
+// Writes config.json (as transformers 5 writes it), generation_config.json and model.safetensors
+// (bf16) to `folder`; with max_shard_bytes > 0, shards model-0000i-of-0000n.safetensors plus
+// model.safetensors.index.json.
 void save_checkpoint(const ModelWeights& weights, const std::string& folder,
                      uint64_t max_shard_bytes = 0);
 
