@@ -342,8 +342,8 @@ GgufValue read_value(Reader& r, const std::string& key) {
   const uint64_t count = r.get<uint64_t>(what + " element count");
   const uint64_t min_size = min_element_size(v.element_type);
   if (count > r.left() / min_size) {
-    r.fail(what + ": " + std::to_string(count) + " elements cannot fit in the " +
-           std::to_string(r.left()) + " bytes left in the file");
+    r.fail("truncated or corrupt: " + what + ": " + std::to_string(count) +
+           " elements cannot fit in the " + std::to_string(r.left()) + " bytes left in the file");
   }
   GgufValue element;
   for (uint64_t i = 0; i < count; ++i) {
@@ -508,10 +508,12 @@ GgufFile read_gguf(const std::string& path) {
   const uint64_t kv_count = r.get<uint64_t>("the metadata count");
   // Every pair takes >= 13 bytes (key length, type, 1-byte value); every tensor info >= 32.
   if (kv_count > r.left() / 13) {
-    r.fail("metadata count " + std::to_string(kv_count) + " cannot fit in the file");
+    r.fail("truncated or corrupt: metadata count " + std::to_string(kv_count) +
+           " cannot fit in the file");
   }
   if (tensor_count > r.left() / 32) {
-    r.fail("tensor count " + std::to_string(tensor_count) + " cannot fit in the file");
+    r.fail("truncated or corrupt: tensor count " + std::to_string(tensor_count) +
+           " cannot fit in the file");
   }
   for (uint64_t i = 0; i < kv_count; ++i) {
     std::string key = r.str("metadata key #" + std::to_string(i));
