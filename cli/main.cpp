@@ -30,6 +30,7 @@ Start with:
   bih probe all                                 op-level invariance probes (kernels, collectives)
   bih gate --expect ci/expectations.json OUT    CI gate: exit 1 on a regression, JUnit with --junit
   bih matrix OUT... --out site/                 compatibility matrix: Markdown, CSV, JSON, HTML
+  bih export --preset tiny --format gguf --out tiny.gguf   the same weights for other engines
 
 Exit codes: 0 as expected, 1 a conformance failure, 2 a usage or input error, 3 an infrastructure
 failure (a worker crashed or timed out).)";
@@ -49,6 +50,7 @@ int main(int argc, char** argv) {
       bih::cli::add_probe_command(app),
       bih::cli::add_gate_command(app),
       bih::cli::add_matrix_command(app),
+      bih::cli::add_export_command(app),
       bih::cli::add_worker_command(app),
   };
   // clang-format on

@@ -1,0 +1,105 @@
+// cmd_export.cpp: `bih export`: a preset's synthetic weights, or a checkpoint, as HF or GGUF.
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "base/errors.hpp"
+#include "cli/commands.hpp"
+#include "models/config.hpp"
+#include "models/export.hpp"
+#include "models/weights.hpp"
+
+namespace bih::cli {
+namespace {
+
+constexpr const char* kFooter = R"(Examples:
+  bih export --preset tiny --format gguf --out /tmp/tiny.gguf     the tiny preset for llama.cpp
+  bih export --preset qwen3-1.7b --seed 7 --format hf --out ckpt/  an HF folder for transformers/vLLM
+  bih export --model ckpt/ --format gguf --out ckpt.gguf            convert a checkpoint folder
+
+hf writes a folder (config.json + model.safetensors, bf16); gguf writes one GGUF v3 file that
+llama.cpp loads as qwen3 (bf16 matrices, f32 norms, a synthetic SPM vocabulary: 0 <unk>, 1 <s>,
+2 </s>, 3..258 the byte tokens, then "\u2581t<id>"). Exports of the same weights carry the same
+weights hash.)";
+
+std::string list_presets() {
+  std::string out;
+  for (const std::string& name : preset_names()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+// Bytes under `path`: the file, or every regular file below the folder.
+uint64_t bytes_written(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(path)) return fs::file_size(path);
+  uint64_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(path)) {
+    if (e.is_regular_file()) total += e.file_size();
+  }
+  return total;
+}
+
+}  // namespace
+
+Command add_export_command(CLI::App& app) {
+  struct Args {
+    std::string preset, model, format, out;
+    uint64_t seed = 0;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "export",
+      "Write a preset's synthetic weights or a checkpoint as an HF folder or a GGUF file");
+  cmd->add_option("--preset", args->preset, "Synthetic weights of this preset: " + list_presets());
+  cmd->add_option("--seed", args->seed, "Seed of the preset's weights (with --preset)")
+      ->capture_default_str();
+  cmd->add_option("--model", args->model,
+                  "Convert this checkpoint folder (config.json + *.safetensors) instead");
+  cmd->add_option("--format", args->format, "hf (a checkpoint folder) or gguf (one file)")
+      ->required();
+  cmd->add_option("--out", args->out, "Folder (hf) or file (gguf) to write")->required();
+  cmd->footer(kFooter);
+  return {cmd, [args, cmd] {
+            const bool has_preset = cmd->count("--preset") > 0;
+            const bool has_model = cmd->count("--model") > 0;
+            if (has_preset == has_model) {
+              throw InputError(std::string(has_preset ? "both --preset and --model given"
+                                                      : "neither --preset nor --model given") +
+                               "; valid: exactly one (--preset NAME [--seed N] or --model DIR)");
+            }
+            if (has_model && cmd->count("--seed") > 0) {
+              throw InputError("--seed applies to --preset only; a checkpoint's weights are fixed");
+            }
+            const auto format = parse_export_format(args->format);
+            if (!format) {
+              throw InputError("--format '" + args->format + "' is unknown; valid: hf, gguf");
+            }
+            ModelWeights weights;
+            if (has_preset) {
+              const auto config = preset_config(args->preset);
+              if (!config) {
+                throw InputError("--preset '" + args->preset +
+                                 "' is unknown; valid: " + list_presets());
+              }
+              weights = synthetic_weights(*config, args->seed);
+            } else {
+              if (!std::filesystem::is_directory(args->model)) {
+                throw InputError(args->model, "",
+                                 "--model is not a folder; valid: a checkpoint folder with "
+                                 "config.json and *.safetensors");
+              }
+              weights = load_checkpoint(args->model);
+            }
+            export_model(weights, *format, args->out);
+            std::printf("wrote %s %s: %zu tensors, %llu bytes, weights hash %s\n",
+                        export_format_name(*format), args->out.c_str(),
+                        tensor_specs(weights.config).size(),
+                        static_cast<unsigned long long>(bytes_written(args->out)),
+                        weights_hash(weights).c_str());
+            return 0;
+          }};
+}
+
+}  // namespace bih::cli
