@@ -18,6 +18,8 @@ constexpr const char* kFooter = R"(Examples:
   bih export --preset tiny --format gguf --out /tmp/tiny.gguf     the tiny preset for llama.cpp
   bih export --preset qwen3-1.7b --seed 7 --format hf --out ckpt/  an HF folder for transformers/vLLM
   bih export --model ckpt/ --format gguf --out ckpt.gguf            convert a checkpoint folder
+  bih export --preset qwen3-1.7b --norm-weights perturbed --format hf --out ckpt/
+                                                  norms around 1, for fidelity checks
 
 hf writes a folder (config.json + model.safetensors, bf16); gguf writes one GGUF v3 file that
 llama.cpp loads as qwen3 (bf16 matrices, f32 norms, a synthetic SPM vocabulary: 0 <unk>, 1 <s>,
@@ -45,7 +47,7 @@ uint64_t bytes_written(const std::string& path) {
 
 Command add_export_command(CLI::App& app) {
   struct Args {
-    std::string preset, model, format, out;
+    std::string preset, model, format, out, norm_weights = "ones";
     uint64_t seed = 0;
   };
   auto args = std::make_shared<Args>();
@@ -54,6 +56,10 @@ Command add_export_command(CLI::App& app) {
       "Write a preset's synthetic weights or a checkpoint as an HF folder or a GGUF file");
   cmd->add_option("--preset", args->preset, "Synthetic weights of this preset: " + list_presets());
   cmd->add_option("--seed", args->seed, "Seed of the preset's weights (with --preset)")
+      ->capture_default_str();
+  cmd->add_option("--norm-weights", args->norm_weights,
+                  "Norm weights of the preset: ones (as HF's init) or perturbed (1 + 0.1 N(0,1), "
+                  "so that a norm applied to the wrong heads shows)")
       ->capture_default_str();
   cmd->add_option("--model", args->model,
                   "Convert this checkpoint folder (config.json + *.safetensors) instead");
@@ -69,6 +75,15 @@ Command add_export_command(CLI::App& app) {
                                                       : "neither --preset nor --model given") +
                                "; valid: exactly one (--preset NAME [--seed N] or --model DIR)");
             }
+            const auto norms = norm_init_from_name(args->norm_weights);
+            if (!norms) {
+              throw InputError("--norm-weights '" + args->norm_weights +
+                               "' is unknown; valid: ones, perturbed");
+            }
+            if (has_model && cmd->count("--norm-weights") > 0) {
+              throw InputError("--norm-weights applies to --preset only; a checkpoint's norms "
+                               "are its own");
+            }
             if (has_model && cmd->count("--seed") > 0) {
               throw InputError("--seed applies to --preset only; a checkpoint's weights are fixed");
             }
@@ -83,7 +98,7 @@ Command add_export_command(CLI::App& app) {
                 throw InputError("--preset '" + args->preset +
                                  "' is unknown; valid: " + list_presets());
               }
-              weights = synthetic_weights(*config, args->seed);
+              weights = synthetic_weights(*config, args->seed, *norms);
             } else {
               if (!std::filesystem::is_directory(args->model)) {
                 throw InputError(args->model, "",

@@ -12,6 +12,7 @@
 
 #include "base/errors.hpp"
 #include "engines/bih_engine.hpp"
+#include "models/export.hpp"
 #include "models/weights.hpp"
 
 namespace bih {
@@ -22,11 +23,7 @@ namespace {
 constexpr int kExportVersion = 1;
 
 void export_to(const ModelWeights& weights, const std::string& format, const std::string& path) {
-  if (format == "hf") {
-    save_checkpoint(weights, path, 0);
-    return;
-  }
-  throw InfraError("GGUF export is not in this build");
+  export_model(weights, *parse_export_format(format), path);
 }
 
 // What determines a checkpoint's bits, cheaply: its files' names, sizes and modification times.
