@@ -107,9 +107,9 @@ const KNOWN_OPTIONS = [
 // When a step's batch is dispatched. node-llama-cpp 3.21.1 dispatches at once when every sequence
 // of the context has queued its tokens, else on setImmediate ("nextCycle", its default); any other
 // string takes the same setImmediate path, so "nextTick" is accepted as a synonym (scenarios
-// written for other versions use it). Measured here with a process.nextTick function instead:
-// 16 prompts x 12 tokens took 8.4 s instead of 0.5 s (steps dispatched before the other sequences
-// had queued), so no such function is offered.
+// written for other versions use it). Measured here (2 shared cores, 16 prompts x 12 tokens in one
+// context): nextCycle 0.6-1.1 s, a process.nextTick function 0.8-1.2 s, so no such function is
+// offered; on an overloaded machine every variant took 8-20 s (ggml's threads spin-wait).
 const DISPATCH_SCHEDULES = ["nextCycle", "nextTick"];
 function resolveDispatchSchedule(name) {
   if (DISPATCH_SCHEDULES.includes(name)) return name;
