@@ -88,8 +88,7 @@ bool LineProcess::write_line(const std::string& line) {
 
 LineProcess::ReadStatus LineProcess::read_line(double timeout_s, std::string& line,
                                                size_t max_line_bytes) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   bool cut = false;
   for (;;) {
     const auto nl = pending_.find('\n');
@@ -115,7 +114,8 @@ LineProcess::ReadStatus LineProcess::read_line(double timeout_s, std::string& li
     if (left.count() <= 0) return ReadStatus::timeout;
     pollfd pfd{out_fd_, POLLIN, 0};
     const int ready = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
-    if (ready < 0 && errno != EINTR) throw InfraError("poll() failed: " + std::string(strerror(errno)));
+    if (ready < 0 && errno != EINTR)
+      throw InfraError("poll() failed: " + std::string(strerror(errno)));
     if (ready <= 0) continue;
     char buf[65536];
     const ssize_t n = read(out_fd_, buf, sizeof(buf));
@@ -159,8 +159,7 @@ std::string LineProcess::finish(double grace_s) {
     close(in_fd_);
     in_fd_ = -1;
   }
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
   while (!exited() && std::chrono::steady_clock::now() < deadline) usleep(20 * 1000);
   if (!ended_) {
     kill(-pid_, SIGKILL);

@@ -1,8 +1,8 @@
 // cmd_bisect.cpp: `bih bisect GOOD BAD`, the smallest knob change that flips a verdict.
 #include <memory>
 
-#include "harness/bisect.hpp"
 #include "cli/commands.hpp"
+#include "harness/bisect.hpp"
 
 namespace bih::cli {
 

@@ -5,8 +5,8 @@
 #include "cli/commands.hpp"
 #include "harness/diff.hpp"
 #include "harness/generation.hpp"
-#include "spec/scenario_file.hpp"
 #include "harness/worker.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih::cli {
 

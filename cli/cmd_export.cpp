@@ -81,8 +81,9 @@ Command add_export_command(CLI::App& app) {
                                "' is unknown; valid: ones, perturbed");
             }
             if (has_model && cmd->count("--norm-weights") > 0) {
-              throw InputError("--norm-weights applies to --preset only; a checkpoint's norms "
-                               "are its own");
+              throw InputError(
+                  "--norm-weights applies to --preset only; a checkpoint's norms "
+                  "are its own");
             }
             if (has_model && cmd->count("--seed") > 0) {
               throw InputError("--seed applies to --preset only; a checkpoint's weights are fixed");

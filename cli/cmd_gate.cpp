@@ -2,8 +2,8 @@
 #include <cstdio>
 #include <memory>
 
-#include "cli/commands.hpp"
 #include "base/errors.hpp"
+#include "cli/commands.hpp"
 #include "harness/expectations.hpp"
 #include "harness/gate.hpp"
 #include "harness/junit.hpp"

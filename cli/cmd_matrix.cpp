@@ -3,8 +3,8 @@
 #include <memory>
 #include <sstream>
 
-#include "cli/commands.hpp"
 #include "base/errors.hpp"
+#include "cli/commands.hpp"
 #include "harness/matrix_render.hpp"
 #include "harness/matrix_view.hpp"
 #include "harness/report_set.hpp"

@@ -82,7 +82,7 @@ EngineBundle make_engine(const Scenario& s, std::shared_ptr<const ModelWeights> 
   if (resolved_backend(s) == Backend::cuda || s.ranks == RankKind::nccl) {
     if (std::string why = bih_unsupported_reason(s); !why.empty()) throw InfraError(why);
     return EngineRegistry::instance().bih_cuda()->make_engine(s, std::move(host_weights),
-                                                               assignment);
+                                                              assignment);
   }
   auto weights = host_weights ? std::move(host_weights) : build_model(s);
   auto group = std::make_shared<EmulatedGroup>(
@@ -111,13 +111,12 @@ std::vector<SequenceResult> BihTestedEngine::generate(
     const std::vector<std::vector<int32_t>>& prompts, int max_tokens, GenerateStats* stats,
     const ProgressFn& progress) {
   const int total = static_cast<int>(prompts.size());
-  return bundle_.engine->generate(prompts, max_tokens, stats,
-                                  [&](int64_t step, int finished, int /*in_batch*/) {
-                                    if (progress && total > 1) {
-                                      progress(fmt::format("step {}, {}/{} sequences done", step,
-                                                           finished, total));
-                                    }
-                                  });
+  return bundle_.engine->generate(
+      prompts, max_tokens, stats, [&](int64_t step, int finished, int /*in_batch*/) {
+        if (progress && total > 1) {
+          progress(fmt::format("step {}, {}/{} sequences done", step, finished, total));
+        }
+      });
 }
 
 EngineKind bih_engine_kind() {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "engines/engine.hpp"
-#include "spec/scenario.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"
+#include "spec/scenario.hpp"
 
 namespace bih {
 

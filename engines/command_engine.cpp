@@ -39,17 +39,14 @@ class CommandEngine : public TestedEngine {
         (std::filesystem::path(work_dir) / fmt::format("adapter-{}.log", getpid())).string();
     process_ = std::make_unique<LineProcess>(s.engine.command, s.engine.cwd, s.engine.env, log);
     identity_.kind = "command";
-    identity_.details = {{"command", s.engine.command},
-                         {"cwd", s.engine.cwd},
-                         {"env", s.engine.env},
-                         {"options", s.engine.options},
-                         {"model_format", model_.format},
-                         {"model_path", model_.path}};
+    identity_.details = {{"command", s.engine.command},   {"cwd", s.engine.cwd},
+                         {"env", s.engine.env},           {"options", s.engine.options},
+                         {"model_format", model_.format}, {"model_path", model_.path}};
 
     json knobs = s.knobs_json();
-    const protocol::Limits limits{*std::max_element(s.plan.batch_sizes.begin(),
-                                                    s.plan.batch_sizes.end()),
-                                  s.plan.max_model_len, s.plan.max_tokens};
+    const protocol::Limits limits{
+        *std::max_element(s.plan.batch_sizes.begin(), s.plan.batch_sizes.end()),
+        s.plan.max_model_len, s.plan.max_tokens};
     send(protocol::init_message(model_, knobs, s.engine.options, limits), "init");
     const json answer = receive("its hello (the answer to init)", {});
     const std::string type = answer["type"];
@@ -109,8 +106,9 @@ class CommandEngine : public TestedEngine {
  private:
   static std::string message_of(const json& answer) {
     const auto it = answer.find("message");
-    return it != answer.end() && it->is_string() ? protocol::quote_text(it->get<std::string>(), 2000)
-                                                 : protocol::quote_text(answer.dump());
+    return it != answer.end() && it->is_string()
+               ? protocol::quote_text(it->get<std::string>(), 2000)
+               : protocol::quote_text(answer.dump());
   }
 
   [[noreturn]] void fail(const std::string& what) {
@@ -126,10 +124,10 @@ class CommandEngine : public TestedEngine {
     }
     shut_down_ = true;
     process_->finish(2);
-    throw InfraError(fmt::format("engine {} (adapter: {}) {}{}{}", scenario_.engine.name,
-                                 join_words(scenario_.engine.command), what, how,
-                                 tail.empty() ? "; its stderr is empty"
-                                              : "; last lines of its stderr:" + tail));
+    throw InfraError(
+        fmt::format("engine {} (adapter: {}) {}{}{}", scenario_.engine.name,
+                    join_words(scenario_.engine.command), what, how,
+                    tail.empty() ? "; its stderr is empty" : "; last lines of its stderr:" + tail));
   }
 
   static std::vector<std::string> split_lines(const std::string& text) {
@@ -154,9 +152,10 @@ class CommandEngine : public TestedEngine {
       std::string line;
       switch (process_->read_line(reply_timeout_s_, line)) {
         case LineProcess::ReadStatus::timeout:
-          fail(fmt::format("did not answer within {:.0f} s (engine.reply_timeout_s) while bih "
-                           "waited for {}",
-                           reply_timeout_s_, waiting_for));
+          fail(
+              fmt::format("did not answer within {:.0f} s (engine.reply_timeout_s) while bih "
+                          "waited for {}",
+                          reply_timeout_s_, waiting_for));
         case LineProcess::ReadStatus::closed:
           process_->finish(2);
           fail("closed its stdout while bih waited for " + waiting_for);

@@ -29,9 +29,9 @@ struct EngineIdentity {
 };
 
 struct EngineCapabilities {
-  bool traceable = false;    // bih explain can re-run a token with every op captured
-  bool restartable = true;   // a fresh process gives a cold engine (the fresh-process comparison)
-  bool step_stats = false;   // generate() fills GenerateStats
+  bool traceable = false;   // bih explain can re-run a token with every op captured
+  bool restartable = true;  // a fresh process gives a cold engine (the fresh-process comparison)
+  bool step_stats = false;  // generate() fills GenerateStats
 };
 
 // Progress text for the run's progress line ("bs=64: step 5, 3/64 sequences done").

@@ -23,8 +23,8 @@ const json& field(const json& message, const std::string& key, const std::string
 std::string string_field(const json& message, const std::string& key, const std::string& what) {
   const json& v = field(message, key, what);
   if (!v.is_string()) {
-    throw ProtocolError(fmt::format("{}'s \"{}\" is not a string: {}", what, key,
-                                    quote_text(v.dump())));
+    throw ProtocolError(
+        fmt::format("{}'s \"{}\" is not a string: {}", what, key, quote_text(v.dump())));
   }
   return v.get<std::string>();
 }
@@ -66,7 +66,7 @@ json init_message(const ModelHandle& model, const json& knobs, const json& optio
 
 json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& prompts,
                       int max_tokens) {
-  return {{"type", "generate"}, {"id", id},         {"prompts", prompts},
+  return {{"type", "generate"},       {"id", id},       {"prompts", prompts},
           {"max_tokens", max_tokens}, {"greedy", true}, {"ignore_eos", true}};
 }
 
@@ -79,9 +79,10 @@ json parse_line(const std::string& line) {
                         " (stdout must carry only protocol lines; log to stderr)");
   }
   if (!message.is_object() || !message.contains("type") || !message["type"].is_string()) {
-    throw ProtocolError("the adapter wrote JSON that is not a message (an object with a string "
-                        "\"type\"): " +
-                        quote_text(line));
+    throw ProtocolError(
+        "the adapter wrote JSON that is not a message (an object with a string "
+        "\"type\"): " +
+        quote_text(line));
   }
   return message;
 }
@@ -90,8 +91,8 @@ Hello parse_hello(const json& message) {
   const std::string what = "the adapter's hello";
   Hello h;
   if (const std::string p = string_field(message, "protocol", what); p != kVersion) {
-    throw ProtocolError(fmt::format("the adapter speaks protocol {}, bih speaks {}", quote_text(p),
-                                    kVersion));
+    throw ProtocolError(
+        fmt::format("the adapter speaks protocol {}, bih speaks {}", quote_text(p), kVersion));
   }
   const json& engine = field(message, "engine", what);
   if (!engine.is_object()) throw ProtocolError(what + "'s \"engine\" is not an object");
@@ -142,10 +143,9 @@ std::vector<SequenceResult> parse_result(const json& message, int64_t id, size_t
   }
   const json& sequences = field(message, "sequences", what);
   if (!sequences.is_array() || sequences.size() != prompts) {
-    throw ProtocolError(fmt::format("{} has {} sequences for {} prompts", what,
-                                    sequences.is_array() ? std::to_string(sequences.size())
-                                                         : "no list of",
-                                    prompts));
+    throw ProtocolError(fmt::format(
+        "{} has {} sequences for {} prompts", what,
+        sequences.is_array() ? std::to_string(sequences.size()) : "no list of", prompts));
   }
   std::vector<SequenceResult> out(prompts);
   for (size_t i = 0; i < prompts; ++i) {
@@ -156,10 +156,10 @@ std::vector<SequenceResult> parse_result(const json& message, int64_t id, size_t
     const json& values = field(seq, "values", where);
     for (const auto* list : {&tokens, &values}) {
       if (!list->is_array() || list->size() != static_cast<size_t>(max_tokens)) {
-        throw ProtocolError(fmt::format(
-            "{} has {} {} for max_tokens {}", where,
-            list->is_array() ? std::to_string(list->size()) : "no list of",
-            list == &tokens ? "tokens" : "values", max_tokens));
+        throw ProtocolError(
+            fmt::format("{} has {} {} for max_tokens {}", where,
+                        list->is_array() ? std::to_string(list->size()) : "no list of",
+                        list == &tokens ? "tokens" : "values", max_tokens));
       }
     }
     for (int t = 0; t < max_tokens; ++t) {

@@ -66,8 +66,7 @@ float parse_value(const nlohmann::json& value);
 
 // The answer to generate `id` of type "result": exactly `prompts` sequences of exactly max_tokens
 // tokens in 0..vocab_size-1 and max_tokens values. `stats` (may be null) gets result.stats.
-std::vector<SequenceResult> parse_result(const nlohmann::json& message, int64_t id,
-                                         size_t prompts, int max_tokens, int vocab_size,
-                                         GenerateStats* stats);
+std::vector<SequenceResult> parse_result(const nlohmann::json& message, int64_t id, size_t prompts,
+                                         int max_tokens, int vocab_size, GenerateStats* stats);
 
 }  // namespace bih::protocol

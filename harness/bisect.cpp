@@ -9,12 +9,12 @@
 #include <numeric>
 
 #include "base/atomic_file.hpp"
+#include "base/errors.hpp"
 #include "harness/driver.hpp"
 #include "harness/environment.hpp"
-#include "base/errors.hpp"
-#include "spec/plan.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
+#include "spec/plan.hpp"
 #include "spec/scenario_file.hpp"
 
 namespace bih {

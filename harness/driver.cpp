@@ -11,17 +11,17 @@
 
 #include "base/atomic_file.hpp"
 #include "base/child_process.hpp"
+#include "base/errors.hpp"
 #include "engines/bih_engine.hpp"
 #include "engines/registry.hpp"
 #include "harness/environment.hpp"
-#include "base/errors.hpp"
 #include "harness/generation.hpp"
-#include "spec/plan.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
-#include "spec/scenario_file.hpp"
 #include "harness/table.hpp"
 #include "harness/worker.hpp"
+#include "spec/plan.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace fs = std::filesystem;
 

@@ -6,9 +6,9 @@
 #include <map>
 #include <tuple>
 
-#include "harness/diff.hpp"
-#include "engines/bih_engine.hpp"
 #include "base/errors.hpp"
+#include "engines/bih_engine.hpp"
+#include "harness/diff.hpp"
 #include "spec/plan.hpp"
 
 namespace bih {

@@ -12,15 +12,15 @@
 #include <thread>
 
 #include "base/atomic_file.hpp"
-#include "engines/registry.hpp"
 #include "base/errors.hpp"
+#include "engines/registry.hpp"
 #include "harness/generation.hpp"
-#include "spec/plan.hpp"
-#include "spec/scenario.hpp"
-#include "spec/scenario_file.hpp"
 #include "models/comm/emulated.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"
+#include "spec/plan.hpp"
+#include "spec/scenario.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 namespace {
@@ -125,12 +125,12 @@ int run_worker(const WorkerArgs& args) {
     for (size_t first = 0; first < prompts.size(); first += spec.batch_size) {
       const size_t last = std::min(prompts.size(), first + spec.batch_size);
       std::vector<std::vector<int32_t>> batch(prompts.begin() + first, prompts.begin() + last);
-      auto results = engine->generate(batch, s.plan.max_tokens, &stats,
-                                      [&](const std::string& text) {
-                                        if (spec.batch_size > 1) {
-                                          progress(spec.label + ": " + text);
-                                        }
-                                      });
+      auto results =
+          engine->generate(batch, s.plan.max_tokens, &stats, [&](const std::string& text) {
+            if (spec.batch_size > 1) {
+              progress(spec.label + ": " + text);
+            }
+          });
       if (results.size() != batch.size()) {
         throw InfraError(fmt::format("engine {} returned {} sequences for a batch of {}",
                                      identity.name, results.size(), batch.size()));

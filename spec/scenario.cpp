@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "base/edit_distance.hpp"
-#include "spec/scenario_file.hpp"
 #include "models/config.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 namespace {
@@ -19,10 +19,23 @@ namespace fs = std::filesystem;
 
 // The keys each object of a scenario may hold. One table serves unknown-key checks, suggestions
 // and the dotted keys of matrix files, so they cannot drift apart.
-const std::vector<std::string> kTopKeys{
-    "name",      "model",   "backend",   "parallel",       "sequence_parallel", "collectives",
-    "nccl_env",  "kernels", "cudagraph", "prefix_caching", "chunked_prefill",   "plan",
-    "timeout_s", "expect",  "localize",  "debug",          "engine"};
+const std::vector<std::string> kTopKeys{"name",
+                                        "model",
+                                        "backend",
+                                        "parallel",
+                                        "sequence_parallel",
+                                        "collectives",
+                                        "nccl_env",
+                                        "kernels",
+                                        "cudagraph",
+                                        "prefix_caching",
+                                        "chunked_prefill",
+                                        "plan",
+                                        "timeout_s",
+                                        "expect",
+                                        "localize",
+                                        "debug",
+                                        "engine"};
 const std::vector<std::string> kModelKeys{"preset", "path", "seed"};
 const std::vector<std::string> kParallelKeys{"tp", "ranks", "ring_order"};
 const std::vector<std::string> kSequenceParallelKeys{"enabled", "min_tokens"};
@@ -34,14 +47,14 @@ const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",    "batc
                                          "fresh_process", "max_model_len", "max_num_seqs"};
 const std::vector<std::string> kPromptKeys{"count", "min_len", "max_len", "seed", "file"};
 const std::vector<std::string> kDebugKeys{"fault"};
-const std::vector<std::string> kEngineKeys{"kind", "name",         "command",        "cwd",
-                                           "env",  "options",      "model_format",   "reply_timeout_s"};
+const std::vector<std::string> kEngineKeys{"kind", "name",    "command",      "cwd",
+                                           "env",  "options", "model_format", "reply_timeout_s"};
 const std::vector<std::string> kEngineKinds{"bih", "command"};
 const std::vector<std::string> kModelFormats{"hf", "gguf"};
 // The knob sections: what an external engine is handed when the input sets them.
-const std::vector<std::string> kKnobSections{"backend",        "parallel",        "sequence_parallel",
-                                             "collectives",    "nccl_env",        "kernels",
-                                             "cudagraph",      "prefix_caching",  "chunked_prefill"};
+const std::vector<std::string> kKnobSections{"backend",     "parallel",       "sequence_parallel",
+                                             "collectives", "nccl_env",       "kernels",
+                                             "cudagraph",   "prefix_caching", "chunked_prefill"};
 const std::vector<std::string> kFaults{"none", "crash", "abort", "hang", "exit"};
 
 constexpr int kMaxTp = 64;
@@ -298,8 +311,8 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
     }
     e.kind = kind;
   }
-  const std::vector<std::string> command_only{"name", "command", "cwd", "env", "options",
-                                              "model_format", "reply_timeout_s"};
+  const std::vector<std::string> command_only{
+      "name", "command", "cwd", "env", "options", "model_format", "reply_timeout_s"};
   if (e.is_bih()) {
     for (const std::string& key : command_only) {
       if (find(j, key)) {
@@ -323,8 +336,7 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
     at.at("command").fail("engine.kind 'command' needs the adapter's command line", command_valid);
   }
   if (!command->is_array() || command->empty()) {
-    at.at("command").fail("expected " + command_valid + ", got " + shown(*command),
-                          command_valid);
+    at.at("command").fail("expected " + command_valid + ", got " + shown(*command), command_valid);
   }
   for (size_t i = 0; i < command->size(); ++i) {
     if (!(*command)[i].is_string() || (*command)[i].get<std::string>().empty()) {
@@ -368,7 +380,8 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
   if (const json* v = find(j, "reply_timeout_s")) {
     if (!v->is_number() || v->get<double>() < 0) {
       at.at("reply_timeout_s")
-          .fail("expected a number of seconds >= 0, got " + shown(*v), "0 (90% of timeout_s) or more");
+          .fail("expected a number of seconds >= 0, got " + shown(*v),
+                "0 (90% of timeout_s) or more");
     }
     e.reply_timeout_s = v->get<double>();
   }
@@ -724,8 +737,7 @@ static std::string external_engine_id(const Scenario& s, const std::string& mode
   std::vector<std::string> parts;
   if (set("parallel.tp")) parts.push_back("tp=" + std::to_string(s.tp));
   if (set("sequence_parallel.enabled") || set("sequence_parallel.min_tokens")) {
-    parts.push_back(s.sp_enabled ? "sp=on(min=" + std::to_string(s.sp_min_tokens) + ")"
-                                 : "sp=off");
+    parts.push_back(s.sp_enabled ? "sp=on(min=" + std::to_string(s.sp_min_tokens) + ")" : "sp=off");
   }
   if (set("collectives.all_reduce")) parts.push_back("ar=" + to_string(s.all_reduce));
   if (set("collectives.reduce_scatter")) parts.push_back("rs=" + to_string(s.reduce_scatter));
@@ -831,32 +843,32 @@ json Scenario::to_json() const {
     engine_json["reply_timeout_s"] = engine.reply_timeout_s;
   }
   json out{{"name", name},
-              {"model", model_json},
-              {"backend", to_string(backend)},
-              {"parallel", {{"tp", tp}, {"ranks", to_string(ranks)}, {"ring_order", ring}}},
-              {"sequence_parallel", {{"enabled", sp_enabled}, {"min_tokens", sp_min_tokens}}},
-              {"collectives",
-               {{"all_reduce", to_string(all_reduce)},
-                {"reduce_scatter", to_string(reduce_scatter)},
-                {"all_gather", to_string(all_gather)}}},
-              {"nccl_env", nccl_env},
-              {"kernels", to_string(kernels)},
-              {"cudagraph", {{"mode", to_string(graph_mode)}, {"capture_sizes", capture_sizes}}},
-              {"prefix_caching", {{"enabled", prefix_caching}, {"block_size", block_size}}},
-              {"chunked_prefill", {{"max_tokens", chunked_prefill_max_tokens}}},
-              {"plan",
-               {{"prompts", prompts},
-                {"max_tokens", plan.max_tokens},
-                {"batch_sizes", plan.batch_sizes},
-                {"repeats", plan.repeats},
-                {"fresh_process", plan.fresh_process},
-                {"max_model_len", plan.max_model_len},
-                {"max_num_seqs", plan.max_num_seqs}}},
-              {"timeout_s", timeout_s},
-              {"expect", expect ? json(to_string(*expect)) : json(nullptr)},
-              {"localize", localize},
-              {"debug", {{"fault", fault.empty() ? "none" : fault}}},
-              {"engine", engine_json}};
+           {"model", model_json},
+           {"backend", to_string(backend)},
+           {"parallel", {{"tp", tp}, {"ranks", to_string(ranks)}, {"ring_order", ring}}},
+           {"sequence_parallel", {{"enabled", sp_enabled}, {"min_tokens", sp_min_tokens}}},
+           {"collectives",
+            {{"all_reduce", to_string(all_reduce)},
+             {"reduce_scatter", to_string(reduce_scatter)},
+             {"all_gather", to_string(all_gather)}}},
+           {"nccl_env", nccl_env},
+           {"kernels", to_string(kernels)},
+           {"cudagraph", {{"mode", to_string(graph_mode)}, {"capture_sizes", capture_sizes}}},
+           {"prefix_caching", {{"enabled", prefix_caching}, {"block_size", block_size}}},
+           {"chunked_prefill", {{"max_tokens", chunked_prefill_max_tokens}}},
+           {"plan",
+            {{"prompts", prompts},
+             {"max_tokens", plan.max_tokens},
+             {"batch_sizes", plan.batch_sizes},
+             {"repeats", plan.repeats},
+             {"fresh_process", plan.fresh_process},
+             {"max_model_len", plan.max_model_len},
+             {"max_num_seqs", plan.max_num_seqs}}},
+           {"timeout_s", timeout_s},
+           {"expect", expect ? json(to_string(*expect)) : json(nullptr)},
+           {"localize", localize},
+           {"debug", {{"fault", fault.empty() ? "none" : fault}}},
+           {"engine", engine_json}};
   if (engine.is_bih()) return out;
   // An external engine keeps its own defaults: only the knobs the input set stay.
   for (const std::string& section : kKnobSections) {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "base/errors.hpp"
-#include "spec/verdict.hpp"
 #include "models/knobs.hpp"
+#include "spec/verdict.hpp"
 
 namespace bih {
 
@@ -47,11 +47,11 @@ struct PlanSpec {
 // leaves every id as it was; kind "command" runs an adapter speaking bih.engine/1
 // (docs/engine-protocol.md) and its ids end in ",engine=<name>".
 struct EngineSpec {
-  std::string kind = "bih";          // bih | command
-  std::string name;                  // command: required; the id's engine=<name>
-  std::vector<std::string> command;  // command: argv, run in `cwd`, argv[0] looked up in PATH
-  std::string cwd;                   // command: default the scenario file's folder (absolute)
-  std::map<std::string, std::string> env;              // added to the adapter's environment
+  std::string kind = "bih";                // bih | command
+  std::string name;                        // command: required; the id's engine=<name>
+  std::vector<std::string> command;        // command: argv, run in `cwd`, argv[0] looked up in PATH
+  std::string cwd;                         // command: default the scenario file's folder (absolute)
+  std::map<std::string, std::string> env;  // added to the adapter's environment
   nlohmann::json options = nlohmann::json::object();  // handed to the adapter, recorded
   std::string model_format = "hf";                    // what the adapter loads: hf | gguf
   double reply_timeout_s = 0;  // longest wait for one answer; 0: 90% of timeout_s

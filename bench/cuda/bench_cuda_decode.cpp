@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "engines/bih_engine.hpp"
-#include "spec/plan.hpp"
-#include "spec/scenario.hpp"
-#include "models/cuda/check.hpp"
 #include "engines/cuda/bih_cuda_engine.hpp"
+#include "models/cuda/check.hpp"
 #include "models/cuda/cuda_forward.hpp"
 #include "models/weights.hpp"
+#include "spec/plan.hpp"
+#include "spec/scenario.hpp"
 
 namespace {
 

@@ -9,7 +9,6 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-
 namespace bih::cuda {
 namespace {
 

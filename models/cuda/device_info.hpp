@@ -1,7 +1,8 @@
 // device_info.hpp: what the CUDA leaf knows about the machine's GPUs, for reports and decisions.
 //
-// Plain C++ (no CUDA header): main registers gpu_environment() as the report environment's provider, and the
-// driver asks it how many GPUs there are before it decides a scenario is `unsupported`.
+// Plain C++ (no CUDA header): main registers gpu_environment() as the report environment's
+// provider, and the driver asks it how many GPUs there are before it decides a scenario is
+// `unsupported`.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "harness/bisect.hpp"
 #include "base/errors.hpp"
-#include "spec/scenario_file.hpp"
+#include "harness/bisect.hpp"
 #include "run_bih.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 namespace {

@@ -70,10 +70,11 @@ TEST_F(CommandEngine, EachFailureIsAnErrorQuotingTheAdapterAndTheRunGoesOn) {
       {"bad_value", "'minus one' is not a float32 bit pattern"}};
   json axis = json::array();
   for (const auto& [fault, _] : faults) axis.push_back(fault);
-  write(dir_ / "faults.json", {{"base", {{"engine", faulty_engine("")},
-                                         {"plan", small_plan()},
-                                         {"timeout_s", 60},
-                                         {"expect", "error"}}},
+  write(dir_ / "faults.json", {{"base",
+                                {{"engine", faulty_engine("")},
+                                 {"plan", small_plan()},
+                                 {"timeout_s", 60},
+                                 {"expect", "error"}}},
                                {"axes", {{"engine.options.fault", axis}}}});
   // After every failure, bih's own engine still runs in the same invocation.
   write(dir_ / "after.json", {{"plan", small_plan()}});
@@ -176,9 +177,10 @@ TEST_F(CommandEngine, TheReportNamesTheEngineAndWhatItApplied) {
 
 TEST(CommandEngineScenario, IdsNameOnlyWhatTheFileSetAndTheEngine) {
   const auto dir = fresh_dir("command-ids");
-  write(dir / "m.json",
-        {{"base", {{"engine", faulty_engine("x")}}},
-         {"axes", {{"engine.options.attn", {"eager", "sdpa"}}, {"prefix_caching.enabled", {true}}}}});
+  write(
+      dir / "m.json",
+      {{"base", {{"engine", faulty_engine("x")}}},
+       {"axes", {{"engine.options.attn", {"eager", "sdpa"}}, {"prefix_caching.enabled", {true}}}}});
   const auto set = load_scenarios((dir / "m.json").string());
   ASSERT_EQ(set.scenarios.size(), 2u);
   EXPECT_EQ(set.scenarios[0].id(), "prefix=on,model=tiny,engine=faulty(attn=eager,fault=x)");

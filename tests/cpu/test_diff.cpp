@@ -9,8 +9,8 @@
 #include <limits>
 #include <stdexcept>
 
-#include "harness/diff.hpp"
 #include "base/errors.hpp"
+#include "harness/diff.hpp"
 #include "harness/generation.hpp"
 
 namespace bih {

@@ -4,8 +4,8 @@
 
 #include <fstream>
 
-#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 namespace {

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <memory>
 
-#include "spec/plan.hpp"
 #include "models/comm/emulated.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"
+#include "spec/plan.hpp"
 
 namespace bih {
 namespace {

@@ -5,9 +5,8 @@
 
 #include <bit>
 #include <cmath>
-#include <limits>
-
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "engines/engine_protocol.hpp"
@@ -21,9 +20,9 @@ using nlohmann::json;
 uint32_t bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 TEST(EngineProtocolValues, BitPatternStringsAreExact) {
-  for (uint32_t pattern : {0x00000000u, 0x80000000u /* -0.0 */, 0x00000001u /* denormal */,
-                           0xff800000u /* -inf */, 0x7fc00001u /* a NaN payload */,
-                           0xbf800000u, 0x3c0a3d71u}) {
+  for (uint32_t pattern :
+       {0x00000000u, 0x80000000u /* -0.0 */, 0x00000001u /* denormal */, 0xff800000u /* -inf */,
+        0x7fc00001u /* a NaN payload */, 0xbf800000u, 0x3c0a3d71u}) {
     const std::string text = fmt::format("0x{:08x}", pattern);
     EXPECT_EQ(bits(parse_value(json(text))), pattern) << text;
   }
@@ -38,9 +37,9 @@ TEST(EngineProtocolValues, NumbersRoundToFloat32) {
 }
 
 TEST(EngineProtocolValues, AnythingElseIsRefused) {
-  for (const json& bad : {json("0x3f80000"), json("0x3f8000000"), json("3f800000"),
-                          json("0xzzzzzzzz"), json("-1.5"), json(nullptr), json::array(),
-                          json(true)}) {
+  for (const json& bad :
+       {json("0x3f80000"), json("0x3f8000000"), json("3f800000"), json("0xzzzzzzzz"), json("-1.5"),
+        json(nullptr), json::array(), json(true)}) {
     EXPECT_THROW(parse_value(bad), ProtocolError) << bad.dump();
   }
 }
@@ -171,9 +170,10 @@ TEST(EngineProtocolSchema, BihsMessagesAndTheDocumentedExampleValidate) {
   EXPECT_EQ(schema.errors(shutdown_message()), "");
   EXPECT_EQ(schema.errors(good_hello()), "");
   EXPECT_EQ(schema.errors(result(1, 2, 3)), "");
-  EXPECT_NE(schema.errors(json{{"type", "result"}, {"id", 1}, {"sequences", {{{"tokens", {1}},
-                                                                             {"values", {"one"}}}}}}),
-            "")
+  EXPECT_NE(
+      schema.errors(json{
+          {"type", "result"}, {"id", 1}, {"sequences", {{{"tokens", {1}}, {"values", {"one"}}}}}}),
+      "")
       << "a value that is neither bits nor a number";
 
   // Every JSON line of the page's example exchange, and bih parses the adapter's lines.

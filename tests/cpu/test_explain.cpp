@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "harness/explain.hpp"
-#include "spec/scenario_file.hpp"
 #include "models/trace.hpp"
 #include "run_bih.hpp"
 #include "schema_check.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 namespace {

@@ -13,9 +13,9 @@
 #include "harness/junit.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
-#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
 #include "schema_check.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 namespace {

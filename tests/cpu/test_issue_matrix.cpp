@@ -5,9 +5,9 @@
 
 #include <fstream>
 
-#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
 #include "schema_check.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 

@@ -42,18 +42,19 @@ TEST(LlamaCpp, RunsTheTinyModelAloneInABatchAgainAndFresh) {
   const auto dir = testing::fresh_dir("llama-cpp");
   setenv("BIH_CACHE_DIR", (dir / "cache").c_str(), 1);
   const int prompts = 8, tokens = 6;
-  const auto r = testing::run_bih(
-      {"run", (kSource / "scenarios/llama-cpp.json").string(), "--set",
-       "plan.prompts.count=" + std::to_string(prompts), "--set",
-       "plan.max_tokens=" + std::to_string(tokens), "--set", "plan.batch_sizes=[1,8]", "--set",
-       "engine.options.threads=2", "--out", (dir / "out").string(), "--keep-work"});
+  const auto r = testing::run_bih({"run", (kSource / "scenarios/llama-cpp.json").string(), "--set",
+                                   "plan.prompts.count=" + std::to_string(prompts), "--set",
+                                   "plan.max_tokens=" + std::to_string(tokens), "--set",
+                                   "plan.batch_sizes=[1,8]", "--set", "engine.options.threads=2",
+                                   "--out", (dir / "out").string(), "--keep-work"});
   const auto reports = testing::report_files(dir / "out");
   ASSERT_EQ(reports.size(), 1u) << r.output;
   const json report = read_json_file(reports[0].string());
   const std::string verdict = report["verdict"];
   // llama.cpp's verdict is what it does, not ours to fix; the harness must have measured it.
   ASSERT_TRUE(verdict == "invariant" || verdict == "batch_variant" || verdict == "nondeterministic")
-      << verdict << ": " << report.value("reason", json()).dump() << "\n" << r.output;
+      << verdict << ": " << report.value("reason", json()).dump() << "\n"
+      << r.output;
   EXPECT_EQ(r.exit_code, verdict == "invariant" ? 0 : 1) << r.output;
 
   EXPECT_EQ(report["id"], "model=tiny,engine=llama.cpp(threads=2)");
@@ -91,10 +92,10 @@ TEST(LlamaCpp, KnobsLlamaCppLacksAreUnsupportedWithItsReason) {
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
   const auto dir = testing::fresh_dir("llama-cpp-unsupported");
   setenv("BIH_CACHE_DIR", (dir / "cache").c_str(), 1);
-  const auto r = testing::run_bih({"run", (kSource / "scenarios/llama-cpp.json").string(),
-                                   "--set", "plan.prompts.count=2", "--set", "plan.max_tokens=2",
-                                   "--set", "parallel.tp=2", "--set", "expect=unsupported",
-                                   "--out", (dir / "out").string()});
+  const auto r = testing::run_bih({"run", (kSource / "scenarios/llama-cpp.json").string(), "--set",
+                                   "plan.prompts.count=2", "--set", "plan.max_tokens=2", "--set",
+                                   "parallel.tp=2", "--set", "expect=unsupported", "--out",
+                                   (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const auto reports = testing::report_files(dir / "out");
   ASSERT_EQ(reports.size(), 1u) << r.output;

@@ -13,9 +13,9 @@
 #include <sstream>
 
 #include "base/atomic_file.hpp"
+#include "base/errors.hpp"
 #include "harness/diff.hpp"
 #include "harness/environment.hpp"
-#include "base/errors.hpp"
 #include "harness/report.hpp"
 #include "harness/table.hpp"
 #include "schema_check.hpp"

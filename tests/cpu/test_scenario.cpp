@@ -11,9 +11,9 @@
 
 #include "base/edit_distance.hpp"
 #include "base/errors.hpp"
+#include "schema_check.hpp"
 #include "spec/scenario.hpp"
 #include "spec/scenario_file.hpp"
-#include "schema_check.hpp"
 #include "test_util.hpp"
 
 namespace bih {

@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "harness/report.hpp"
-#include "spec/scenario_file.hpp"
 #include "run_bih.hpp"
+#include "spec/scenario_file.hpp"
 
 namespace bih {
 namespace {

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "gpu_test_util.hpp"
 #include "engines/bih_engine.hpp"
+#include "engines/cuda/bih_cuda_engine.hpp"
+#include "gpu_test_util.hpp"
+#include "models/engine.hpp"
 #include "spec/plan.hpp"
 #include "spec/scenario.hpp"
-#include "engines/cuda/bih_cuda_engine.hpp"
-#include "models/engine.hpp"
 
 namespace bih {
 namespace {
