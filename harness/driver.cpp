@@ -237,8 +237,12 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     return finish(Verdict::error, std::string("reading the worker's output failed: ") + e.what());
   }
   ScenarioOutcome done = finish(decide_verdict(outcome.comparisons), "");
-  if (scenario.localize &&
-      (done.verdict == Verdict::batch_variant || done.verdict == Verdict::nondeterministic)) {
+  const bool variant =
+      done.verdict == Verdict::batch_variant || done.verdict == Verdict::nondeterministic;
+  if (scenario.localize && variant && !scenario.engine.is_bih()) {
+    done.localization = "not localized: engine " + scenario.engine.name +
+                        " is not traceable (bih explain traces bih's own engine only)\n";
+  } else if (scenario.localize && variant) {
     progress("localizing the first divergence");
     fs::create_directories(work);
     const std::string err_file = (work / "stderr-explain.log").string();

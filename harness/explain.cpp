@@ -167,6 +167,14 @@ Localization localize(const Scenario& scenario, const std::string& kind, const s
 
 Localization explain_report(const nlohmann::json& report, const std::optional<std::string>& kind) {
   const Scenario s = scenario_from_json(report.at("scenario"), "report " + report.value("id", ""));
+  if (!s.engine.is_bih()) {
+    // Tracing re-runs the token with every op captured: only bih's own engine can. Running bih's
+    // engine on the same model instead would explain an engine that was never tested.
+    throw InputError("report " + report.value("id", ""), "/scenario/engine",
+                     "engine " + s.engine.name + " (kind " + s.engine.kind +
+                         ") is not traceable: bih explain re-runs tokens in bih's own engine "
+                         "only; valid: a report of engine kind bih");
+  }
   const auto& comparisons = report.at("comparisons");
   if (comparisons.empty()) throw InputError("the report has no comparisons to explain");
   const nlohmann::json* chosen = nullptr;

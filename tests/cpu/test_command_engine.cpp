@@ -175,6 +175,18 @@ TEST_F(CommandEngine, TheReportNamesTheEngineAndWhatItApplied) {
   EXPECT_EQ(model_path.rfind((dir_ / "cache").string(), 0), 0u) << model_path;
 }
 
+TEST_F(CommandEngine, ExplainRefusesAnEngineItCannotTrace) {
+  write(dir_ / "s.json", {{"engine", faulty_engine("")}, {"plan", small_plan()}});
+  ASSERT_EQ(run_bih({"run", (dir_ / "s.json").string(), "--out", (dir_ / "out").string()})
+                .exit_code,
+            0);
+  const auto report = report_files(dir_ / "out").at(0);
+  const auto r = run_bih({"explain", report.string()});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("engine faulty (kind command) is not traceable"), std::string::npos)
+      << r.output;
+}
+
 TEST(CommandEngineScenario, IdsNameOnlyWhatTheFileSetAndTheEngine) {
   const auto dir = fresh_dir("command-ids");
   write(

@@ -55,7 +55,8 @@ TEST(LlamaCpp, RunsTheTinyModelAloneInABatchAgainAndFresh) {
   ASSERT_TRUE(verdict == "invariant" || verdict == "batch_variant" || verdict == "nondeterministic")
       << verdict << ": " << report.value("reason", json()).dump() << "\n"
       << r.output;
-  EXPECT_EQ(r.exit_code, verdict == "invariant" ? 0 : 1) << r.output;
+  // The file expects nondeterministic; a shrunk run on a quiet machine may find less.
+  EXPECT_EQ(r.exit_code, verdict == "nondeterministic" ? 0 : 1) << r.output;
 
   EXPECT_EQ(report["id"], "model=tiny,engine=llama.cpp(threads=2)");
   EXPECT_EQ(report["engine"]["kind"], "command");
