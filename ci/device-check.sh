@@ -17,6 +17,9 @@
 #            on that checkpoint, each whole check timed); the fidelity check of bih's sampled-token
 #            logprobs against an fp32 HF reference, beside HF bf16's own distance to it; HF's own
 #            save_pretrained of the checkpoint, which bih must load to bitwise the same generations
+#   sanitize compute-sanitizer memcheck and racecheck over the CUDA kernel and engine tests
+#            (SANITIZE_FILTER, default the kernels, attention and engine suites; each tool
+#            bounded by SANITIZE_TIMEOUT seconds, default 200)
 #   cpu      the CPU matrix scenarios/issue-56370.json on this host
 # BIH_COMMIT names the commit the reports carry: pass the hash from the checkout that sent the tree
 # (the GPU machine's copy may carry stale git metadata), e.g. BIH_COMMIT=1e280c1a2b3c.
@@ -148,6 +151,21 @@ if stage nccl; then
     --rows parallel.tp,parallel.ranks,sequence_parallel.enabled,sequence_parallel.min_tokens,collectives.reduce_scatter \
     --title "issue 56370: real NCCL beside emulation" >/dev/null 2>&1
   grep -vE "^\[|^ *(step|fresh)" "$R/issue-56370-nccl.txt" | tail -30
+  pack
+fi
+
+if stage sanitize; then
+  filter=${SANITIZE_FILTER:-CudaKernels*:CudaAttentionReference*:CudaEngine*}
+  for tool in memcheck racecheck; do
+    t=$(date +%s)
+    timeout "${SANITIZE_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      --print-limit 20 "$build/bih_gpu_tests" --gtest_filter="$filter" \
+      >"$R/sanitize-$tool.log" 2>&1
+    code=$?
+    summary "compute-sanitizer $tool ($filter): exit $code in $(( $(date +%s) - t )) s; $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$R/sanitize-$tool.log" | tail -1); $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$R/sanitize-$tool.log" | paste -sd';' -)"
+    [ $code -eq 124 ] && summary "  ($tool stopped at its time bound: the tests it finished are in the log)"
+    grep -E "^========= (Invalid|Race|Error|Program hit)" "$R/sanitize-$tool.log" | sort | uniq -c | head -10
+  done
   pack
 fi
 
