@@ -1,8 +1,11 @@
-// cmd_diff.cpp: `bih diff A B` (two generation dumps) and the internal `bih worker`.
+// cmd_diff.cpp: `bih diff A B` (two generation dumps), `bih adapter` (bih's engine over the engine
+// protocol) and the internal `bih worker`.
 #include <cstdio>
+#include <iostream>
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "engines/bih_adapter.hpp"
 #include "harness/diff.hpp"
 #include "harness/generation.hpp"
 #include "harness/worker.hpp"
@@ -40,6 +43,14 @@ Command add_diff_command(CLI::App& app) {
             }
             return c.identical() ? 0 : 1;
           }};
+}
+
+Command add_adapter_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "adapter",
+      "Serve bih's own engine over the engine protocol bih.engine/1 on stdin/stdout (the "
+      "reference adapter: \"command\": [\"bih\", \"adapter\"], model_format hf)");
+  return {cmd, [] { return serve_bih_engine(std::cin, std::cout); }};
 }
 
 Command add_worker_command(CLI::App& app) {

@@ -177,9 +177,8 @@ TEST_F(CommandEngine, TheReportNamesTheEngineAndWhatItApplied) {
 
 TEST_F(CommandEngine, ExplainRefusesAnEngineItCannotTrace) {
   write(dir_ / "s.json", {{"engine", faulty_engine("")}, {"plan", small_plan()}});
-  ASSERT_EQ(run_bih({"run", (dir_ / "s.json").string(), "--out", (dir_ / "out").string()})
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      run_bih({"run", (dir_ / "s.json").string(), "--out", (dir_ / "out").string()}).exit_code, 0);
   const auto report = report_files(dir_ / "out").at(0);
   const auto r = run_bih({"explain", report.string()});
   EXPECT_EQ(r.exit_code, 2) << r.output;

@@ -1,0 +1,129 @@
+// bih_adapter.cpp: bih's engine over bih.engine/1 (bih_adapter.hpp).
+#include "engines/bih_adapter.hpp"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include "base/errors.hpp"
+#include "engines/engine_protocol.hpp"
+#include "engines/registry.hpp"
+#include "spec/scenario.hpp"
+
+namespace bih {
+namespace {
+
+using nlohmann::json;
+
+void send(std::ostream& out, const json& message) { out << message.dump() << "\n" << std::flush; }
+
+// The scenario the init describes: its model folder, its knobs (scenario keys, dotted) and a plan
+// that fits its limits.
+Scenario scenario_of(const json& init) {
+  const json& model = init.at("model");
+  if (model.at("format") != "hf") {
+    throw UnsupportedError("bih adapter loads HF checkpoint folders; model.format is " +
+                           model.at("format").dump() + " (use engine.model_format \"hf\")");
+  }
+  const json& limits = init.at("limits");
+  const int max_batch = std::max(1, limits.at("max_batch").get<int>());
+  json s = {{"model", {{"path", model.at("path")}}},
+            {"plan",
+             {{"max_model_len", limits.at("max_model_len")},
+              {"max_num_seqs", max_batch},
+              {"max_tokens", limits.at("max_tokens")},
+              {"prompts", {{"min_len", 1}, {"max_len", 1}}},
+              {"batch_sizes", max_batch > 1 ? json{1, max_batch} : json{1}}}}};
+  for (const auto& [dotted, value] : init.at("knobs").items()) {
+    json::json_pointer pointer("/" + [&] {
+      std::string p = dotted;
+      std::replace(p.begin(), p.end(), '.', '/');
+      return p;
+    }());
+    s[pointer] = value;
+  }
+  Scenario scenario = scenario_from_json(s, "bih adapter init");
+  if (scenario.ranks == RankKind::nccl) {
+    throw UnsupportedError("bih adapter runs one process; parallel.ranks nccl needs one per GPU");
+  }
+  return scenario;
+}
+
+}  // namespace
+
+int serve_bih_engine(std::istream& in, std::ostream& out) {
+  std::unique_ptr<TestedEngine> engine;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    json message;
+    try {
+      message = protocol::parse_line(line);
+    } catch (const protocol::ProtocolError& e) {
+      send(out, {{"type", "error"}, {"message", e.what()}});
+      return 1;
+    }
+    const std::string type = message["type"];
+    if (type == "shutdown") return 0;
+    try {
+      if (type == "init") {
+        if (message.value("protocol", "") != protocol::kVersion) {
+          send(out, {{"type", "error"},
+                     {"message", fmt::format("bih adapter speaks {}", protocol::kVersion)}});
+          return 1;
+        }
+        const Scenario s = scenario_of(message);
+        if (std::string why = EngineRegistry::instance().unsupported_reason(s); !why.empty()) {
+          throw UnsupportedError(why);
+        }
+        engine = EngineRegistry::instance().make(s, EngineContext{});
+        const EngineIdentity& id = engine->identity();
+        json settings = s.to_json();
+        settings.erase("plan");
+        settings.erase("name");
+        settings.erase("debug");
+        for (const auto& [key, value] : id.details.items()) settings[key] = value;
+        send(out, {{"type", "hello"},
+                   {"protocol", protocol::kVersion},
+                   {"engine", {{"name", id.name}, {"version", id.version}}},
+                   {"adapter", {{"name", "bih adapter"}, {"version", id.version}}},
+                   {"value", id.value},
+                   {"settings", settings},
+                   {"capabilities", {{"step_stats", true}}}});
+      } else if (type == "generate") {
+        if (!engine) throw InfraError("generate before init");
+        const auto prompts = message.at("prompts").get<std::vector<std::vector<int32_t>>>();
+        GenerateStats stats;
+        const auto results =
+            engine->generate(prompts, message.at("max_tokens").get<int>(), &stats, {});
+        json sequences = json::array();
+        for (const SequenceResult& r : results) {
+          json values = json::array();
+          for (float v : r.logprobs) {
+            values.push_back(fmt::format("0x{:08x}", std::bit_cast<uint32_t>(v)));
+          }
+          sequences.push_back({{"tokens", r.tokens}, {"values", values}});
+        }
+        send(out, {{"type", "result"},
+                   {"id", message.at("id")},
+                   {"sequences", sequences},
+                   {"stats", {{"steps", stats.steps}, {"rows", stats.rows}}}});
+      } else {
+        send(out, {{"type", "error"}, {"message", "unknown message type '" + type + "'"}});
+      }
+    } catch (const UnsupportedError& e) {
+      send(out, {{"type", "unsupported"}, {"reason", e.what()}});
+      return 0;
+    } catch (const std::exception& e) {
+      json answer = {{"type", "error"}, {"message", e.what()}};
+      if (message.contains("id")) answer["id"] = message["id"];
+      send(out, answer);
+      if (type == "init") return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace bih
