@@ -439,7 +439,9 @@ int check_prompts_file(const std::string& path, const Cursor& at, int vocab_size
 ModelConfig model_config(const Scenario& s, const Cursor& at) {
   if (!s.model.path.empty()) {
     const std::string config_path = (fs::path(s.model.path) / "config.json").string();
-    const std::string valid = "a Hugging Face checkpoint folder holding config.json";
+    const std::string valid =
+        "a Hugging Face checkpoint folder holding config.json (bih export --preset NAME "
+        "--format hf --out DIR writes one)";
     if (!fs::is_regular_file(config_path)) {
       at.at("model").at("path").fail("'" + config_path + "' does not exist", valid);
     }
