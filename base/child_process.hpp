@@ -21,7 +21,7 @@ namespace bih {
 
 struct ChildResult {
   bool timed_out = false;
-  bool cancelled = false;  // killed because `cancel` was set (a peer process failed)
+  bool cancelled = false;    // killed because `cancel` was set (a peer process failed)
   bool interrupted = false;  // killed because this process got SIGINT or SIGTERM
   bool signaled = false;
   int signal = 0;

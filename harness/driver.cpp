@@ -285,7 +285,8 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     const ChildResult r =
         run_child({exe, "explain", done.report_path}, err_file, scenario.timeout_s,
                   [&](const std::string& line) { text += line + "\n"; });
-    if (r.interrupted) done.localization = "not localized: bih was interrupted\n";
+    if (r.interrupted)
+      done.localization = "not localized: bih was interrupted\n";
     else
       done.localization =
           r.ok() ? text : "bih explain " + r.describe() + ": " + tail_of_file(err_file, 5);

@@ -39,12 +39,11 @@ Health check_health(const std::vector<const Generation*>& generations, const std
       }
     }
     gh.distinct_tokens = static_cast<int64_t>(ids.size());
-    gh.degenerate = g->sequences.size() >= 2 && gh.tokens >= kMinTokensForDegenerate &&
-                    gh.distinct_tokens == 1;
-    const std::string first =
-        gh.first_bad
-            ? fmt::format(" (first: prompt {} step {})", gh.first_bad->first, gh.first_bad->second)
-            : "";
+    gh.degenerate =
+        g->sequences.size() >= 2 && gh.tokens >= kMinTokensForDegenerate && gh.distinct_tokens == 1;
+    const std::string first = gh.first_bad ? fmt::format(" (first: prompt {} step {})",
+                                                         gh.first_bad->first, gh.first_bad->second)
+                                           : "";
     if (gh.non_finite > 0) {
       h.problems.push_back(fmt::format("{}: non-finite {} in {} of {} tokens{}", gh.label, what,
                                        gh.non_finite, gh.tokens, first));
@@ -66,16 +65,15 @@ Health check_health(const std::vector<const Generation*>& generations, const std
 nlohmann::json to_json(const Health& h) {
   nlohmann::json gens = nlohmann::json::array();
   for (const GenerationHealth& g : h.generations) {
-    gens.push_back(
-        {{"label", g.label},
-         {"tokens", g.tokens},
-         {"non_finite", g.non_finite},
-         {"out_of_range", g.out_of_range},
-         {"first_bad", g.first_bad ? nlohmann::json{{"prompt", g.first_bad->first},
-                                                    {"step", g.first_bad->second}}
-                                   : nlohmann::json()},
-         {"distinct_tokens", g.distinct_tokens},
-         {"degenerate", g.degenerate}});
+    gens.push_back({{"label", g.label},
+                    {"tokens", g.tokens},
+                    {"non_finite", g.non_finite},
+                    {"out_of_range", g.out_of_range},
+                    {"first_bad", g.first_bad ? nlohmann::json{{"prompt", g.first_bad->first},
+                                                               {"step", g.first_bad->second}}
+                                              : nlohmann::json()},
+                    {"distinct_tokens", g.distinct_tokens},
+                    {"degenerate", g.degenerate}});
   }
   return {{"healthy", h.healthy()}, {"problems", h.problems}, {"generations", std::move(gens)}};
 }

@@ -25,7 +25,7 @@ struct GenerationHealth {
   int64_t non_finite = 0;    // NaN or infinite values
   int64_t out_of_range = 0;  // finite probabilities outside [0, 1] (value "probability" only)
   std::optional<std::pair<int, int>> first_bad;  // (prompt, step) of the first bad value
-  int64_t distinct_tokens = 0;                    // distinct token ids over all sequences
+  int64_t distinct_tokens = 0;                   // distinct token ids over all sequences
   bool degenerate = false;  // >= 2 sequences, >= 8 tokens, and every token the same id
 };
 

@@ -64,8 +64,8 @@ uint64_t fnv1a64(const std::string& s) {
 }  // namespace
 
 GenerationTiming timing_of(const Generation& g) {
-  return {g.label,         g.batch_size, g.repeat, g.fresh_process, g.wall_s, g.steps,
-          g.tokens_processed, ""};
+  return {g.label,  g.batch_size, g.repeat,           g.fresh_process,
+          g.wall_s, g.steps,      g.tokens_processed, ""};
 }
 
 nlohmann::json to_json(const Comparison& c) {

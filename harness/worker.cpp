@@ -116,10 +116,11 @@ int run_worker(const WorkerArgs& args) {
     }
     // Like with like: a cold generation starts from an empty prefix cache, whatever ran before.
     if (spec.cache == "cold" && !engine->reset_prefix_cache()) {
-      std::printf("@unsupported engine %s cannot empty its prefix cache between generations, so "
-                  "with prefix caching on its cold and warm generations cannot be told apart "
-                  "(set prefix_caching.enabled=false)\n",
-                  identity.name.c_str());
+      std::printf(
+          "@unsupported engine %s cannot empty its prefix cache between generations, so "
+          "with prefix caching on its cold and warm generations cannot be told apart "
+          "(set prefix_caching.enabled=false)\n",
+          identity.name.c_str());
       std::fflush(stdout);
       engine->shutdown();
       return 0;

@@ -352,11 +352,15 @@ Fingerprint run_fingerprint(const FingerprintOptions& options) {
 }
 
 nlohmann::json to_json(const Fingerprint& f) {
-  nlohmann::json j = {{"supported", f.supported}, {"reason", f.reason},
-                      {"gpus", f.gpus},           {"nccl_version", f.nccl_version},
-                      {"nccl_env", f.nccl_env},   {"orders_coincide", f.orders_coincide},
+  nlohmann::json j = {{"supported", f.supported},
+                      {"reason", f.reason},
+                      {"gpus", f.gpus},
+                      {"nccl_version", f.nccl_version},
+                      {"nccl_env", f.nccl_env},
+                      {"orders_coincide", f.orders_coincide},
                       {"validated", f.validated},
-                      {"note", f.note},           {"claim_met", f.claim_met()}};
+                      {"note", f.note},
+                      {"claim_met", f.claim_met()}};
   j["entries"] = nlohmann::json::array();
   for (const auto& e : f.entries) {
     nlohmann::json models = nlohmann::json::object();

@@ -76,7 +76,8 @@ std::string checkpoint_scenario(const fs::path& ckpt, const std::string& extra =
 TEST(Health, NanCheckpointIsAnErrorNotInvariant) {
   const auto dir = testing::fresh_dir("health-nan");
   write_text(dir / "s.json", checkpoint_scenario(broken_checkpoint(dir, NAN)));
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("-> error"), std::string::npos) << r.output;
   const nlohmann::json report = only_report(dir / "out");
@@ -97,14 +98,16 @@ TEST(Health, NanCheckpointIsAnErrorNotInvariant) {
   const auto g = testing::run_bih({"gate", "--expect", (dir / "expect.json").string(),
                                    (dir / "out").string(), "--junit", (dir / "j.xml").string()});
   EXPECT_EQ(g.exit_code, 1) << g.output;
-  EXPECT_NE(read_text(dir / "j.xml").find("<failure"), std::string::npos) << read_text(dir / "j.xml");
+  EXPECT_NE(read_text(dir / "j.xml").find("<failure"), std::string::npos)
+      << read_text(dir / "j.xml");
 }
 
 TEST(Health, ExpectedErrorOfABrokenModelPasses) {
   const auto dir = testing::fresh_dir("health-expected");
   write_text(dir / "s.json",
              checkpoint_scenario(broken_checkpoint(dir, NAN), R"(, "expect": "error")"));
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
 
@@ -112,7 +115,8 @@ TEST(Health, DegenerateOutputIsAnError) {
   // All-zero weights: every logit 0, so greedy picks token 0 everywhere with a finite logprob.
   const auto dir = testing::fresh_dir("health-zero");
   write_text(dir / "s.json", checkpoint_scenario(broken_checkpoint(dir, 0.0f)));
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 3) << r.output;
   const nlohmann::json report = only_report(dir / "out");
   ASSERT_TRUE(report.is_object());
@@ -129,7 +133,8 @@ TEST(Health, HealthyTinyModelStaysInvariant) {
   write_text(dir / "s.json", R"({"model": {"preset": "tiny"}, "parallel": {"tp": 1},
     "plan": {"prompts": {"count": 4, "min_len": 8, "max_len": 12}, "max_tokens": 4,
              "batch_sizes": [1, 4], "repeats": 2}})");
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(only_report(dir / "out").at("health").at("healthy"), true);
 }
@@ -315,10 +320,10 @@ TEST(CachePlan, FullServingScenarioWithAFreshProcessIsNotNondeterministic) {
   // The README's full serving configuration (TP=4, SP ring, prefix caching, full graphs) with the
   // fresh-process run: the fresh process starts cold, and so does the batch it is compared with.
   const auto dir = testing::fresh_dir("cache-full-serving");
-  const auto r = testing::run_bih(
-      {"run", kSource + "/scenarios/issue-56370.json", "--only", "tp=4,sp=on(min=1),*prefix=on*",
-       "--set", "plan.fresh_process=true", "--set", "plan.prompts.count=16", "--out",
-       (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", kSource + "/scenarios/issue-56370.json", "--only",
+                        "tp=4,sp=on(min=1),*prefix=on*", "--set", "plan.fresh_process=true",
+                        "--set", "plan.prompts.count=16", "--out", (dir / "out").string()});
   const auto files = testing::report_files(dir / "out");
   ASSERT_EQ(files.size(), 2u) << r.output;
   for (const auto& f : files) {
@@ -387,7 +392,8 @@ TEST(PrefixCacheAudit, SameBlockAfterAnotherPrefixNeverHits) {
 }
 
 std::shared_ptr<const ModelWeights> tiny() {
-  static auto w = std::make_shared<const ModelWeights>(synthetic_weights(*preset_config("tiny"), 0));
+  static auto w =
+      std::make_shared<const ModelWeights>(synthetic_weights(*preset_config("tiny"), 0));
   return w;
 }
 
@@ -456,7 +462,8 @@ TEST(RunAudit, MissedExpectationExitsOne) {
   write_text(dir / "s.json", R"({"model": {"preset": "tiny"}, "parallel": {"tp": 1},
     "plan": {"prompts": {"count": 2, "min_len": 8, "max_len": 8}, "max_tokens": 2,
              "batch_sizes": [1, 2], "repeats": 2}, "expect": "batch_variant"})");
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(only_report(dir / "out").at("verdict"), "invariant");
   EXPECT_EQ(only_report(dir / "out").at("expect_met"), false);
@@ -500,8 +507,7 @@ TEST(ResumeAudit, AReportFromAnotherEnvironmentIsRunAgain) {
   write_text(path, report.dump(2));
   const auto again = testing::run_bih(args);
   ASSERT_EQ(again.exit_code, 0) << again.output;
-  EXPECT_EQ(again.output.find("resumed: report already there"), std::string::npos)
-      << again.output;
+  EXPECT_EQ(again.output.find("resumed: report already there"), std::string::npos) << again.output;
   EXPECT_NE(read_json_file(path.string()).at("environment").at("bih").at("commit"), "0000000other");
 }
 

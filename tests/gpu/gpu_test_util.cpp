@@ -20,8 +20,8 @@ std::string gpu_unavailable_reason() {
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return std::string("no usable CUDA device: cudaGetDeviceCount failed: ") +
-           cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+    return std::string("no usable CUDA device: cudaGetDeviceCount failed: ") + cudaGetErrorName(e) +
+           " (" + cudaGetErrorString(e) + ")";
   }
   return count == 0 ? "no CUDA device visible" : "";
 }

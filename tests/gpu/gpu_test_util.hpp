@@ -61,17 +61,17 @@ class DeviceBuffer {
 
 // Skips the test for a missing prerequisite of the environment (a GPU, NCCL in the build), or
 // fails it under BIH_REQUIRE_GPU=1.
-#define BIH_SKIP_OR_FAIL(why)                                                               \
-  do {                                                                                      \
-    if (::bih::test::gpu_required()) {                                                      \
+#define BIH_SKIP_OR_FAIL(why)                                                                \
+  do {                                                                                       \
+    if (::bih::test::gpu_required()) {                                                       \
       GTEST_FAIL() << (why) << " (BIH_REQUIRE_GPU=1: this machine must run every GPU test)"; \
-    }                                                                                       \
-    GTEST_SKIP() << (why);                                                                  \
+    }                                                                                        \
+    GTEST_SKIP() << (why);                                                                   \
   } while (0)
 
 // First statement of every GPU test.
-#define BIH_SKIP_WITHOUT_GPU()                                                \
-  do {                                                                        \
-    const std::string bih_no_gpu_ = ::bih::test::gpu_unavailable_reason();    \
-    if (!bih_no_gpu_.empty()) BIH_SKIP_OR_FAIL(bih_no_gpu_);                  \
+#define BIH_SKIP_WITHOUT_GPU()                                             \
+  do {                                                                     \
+    const std::string bih_no_gpu_ = ::bih::test::gpu_unavailable_reason(); \
+    if (!bih_no_gpu_.empty()) BIH_SKIP_OR_FAIL(bih_no_gpu_);               \
   } while (0)
