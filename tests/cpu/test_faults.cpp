@@ -220,6 +220,15 @@ pid_t wait_for_worker(const fs::path& dir) {
   return -1;
 }
 
+// Waits until the worker reaches its hang: after bs=1's last progress line it writes nothing
+// more (a worker that still writes would die of SIGPIPE with its driver, proving nothing).
+void wait_for_silent_phase(const fs::path& log) {
+  for (int i = 0; i < 200 && read_text(log).find("bs=1: 2/2") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  std::this_thread::sleep_for(300ms);
+}
+
 bool gone_within(const std::string& needle, std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < end) {
@@ -234,10 +243,7 @@ void expect_interrupt_stops_everything(int sig, int expected_exit, const std::st
   const Started run = start_hanging_run(dir);
   const pid_t worker = wait_for_worker(dir);
   ASSERT_GT(worker, 0) << read_text(run.log);
-  // Let the worker reach its hang (the batch generation, after bs=1's progress lines).
-  for (int i = 0; i < 200 && read_text(run.log).find("bs=1: 2/2") == std::string::npos; ++i) {
-    std::this_thread::sleep_for(50ms);
-  }
+  wait_for_silent_phase(run.log);
   ASSERT_EQ(kill(run.pid, sig), 0);
   int status = 0;
   ASSERT_EQ(waitpid(run.pid, &status, 0), run.pid);
@@ -266,6 +272,7 @@ TEST(Interrupt, WorkersDieWithAKilledDriver) {
   const Started run = start_hanging_run(dir);
   const pid_t worker = wait_for_worker(dir);
   ASSERT_GT(worker, 0) << read_text(run.log);
+  wait_for_silent_phase(run.log);
   ASSERT_EQ(kill(run.pid, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(waitpid(run.pid, &status, 0), run.pid);
