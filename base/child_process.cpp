@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,10 +17,44 @@
 #include "base/errors.hpp"
 
 namespace bih {
+namespace {
+
+// Written by the signal handler: a lock-free atomic is async-signal-safe.
+std::atomic<int> g_interrupt{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void on_interrupt(int sig) {
+  int none = 0;
+  g_interrupt.compare_exchange_strong(none, sig);  // the first signal names the interruption
+}
+
+}  // namespace
+
+void install_interrupt_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocking poll or wait returns and the loop looks at the flag
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int interrupt_signal() { return g_interrupt.load(); }
+
+namespace {
+
+// waitpid through EINTR (a second Ctrl-C must not leave the killed child a zombie).
+void reap(pid_t pid, int& status) {
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace
 
 std::string ChildResult::describe() const {
   if (timed_out) return fmt::format("timed out after {:.0f} s and was killed", wall_s);
   if (cancelled) return "was stopped because a peer rank's process failed";
+  if (interrupted) return "was stopped because bih was interrupted";
   if (signaled) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
   return fmt::format("exited with status {}", exit_code);
 }
@@ -60,10 +95,15 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
   cargv.push_back(nullptr);
 
   const auto start = std::chrono::steady_clock::now();
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw InfraError("fork() failed: " + std::string(strerror(errno)));
   if (pid == 0) {
     setpgid(0, 0);  // its own group, so a timeout kills the worker and anything it started
+    // Die with the parent (the forking thread, which waits for us until we end). If the parent
+    // died before prctl took effect, we were reparented already: go now.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
     execv(cargv[0], cargv.data());
@@ -107,19 +147,24 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
       exited = true;
     } else if (timeout_s > 0 && elapsed() > timeout_s) {
       kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
+      reap(pid, status);
       result.timed_out = true;
       exited = true;
     } else if (cancel != nullptr && cancel->load()) {
       kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
+      reap(pid, status);
       result.cancelled = true;
+      exited = true;
+    } else if (interrupt_signal() != 0) {
+      kill(-pid, SIGKILL);
+      reap(pid, status);
+      result.interrupted = true;
       exited = true;
     }
   }
   close(out_pipe[0]);
   result.wall_s = elapsed();
-  if (!result.timed_out && !result.cancelled) {
+  if (!result.timed_out && !result.cancelled && !result.interrupted) {
     if (WIFSIGNALED(status)) {
       result.signaled = true;
       result.signal = WTERMSIG(status);

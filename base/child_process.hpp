@@ -3,6 +3,13 @@
 // The driver's only window into a worker: stdout lines arrive through a callback while it runs,
 // stderr goes to a file (its tail explains a crash), and a child that outlives its deadline is
 // killed with its whole process group. The result says how it ended in words a report can hold.
+//
+// Nothing outlives the driver. Each child sits in its own process group (a timeout kills it and
+// whatever it started), so a Ctrl-C at the terminal does not reach it: after
+// install_interrupt_handlers(), SIGINT and SIGTERM only set a flag, every run_child loop sees it
+// within 100 ms and kills its child's group, and the caller decides what to say. A driver killed
+// outright (SIGKILL, an OOM kill) takes its children along: each is started with
+// PR_SET_PDEATHSIG(SIGKILL), and adapters a worker starts have the same (base/line_process).
 #pragma once
 
 #include <atomic>
@@ -14,12 +21,15 @@ namespace bih {
 
 struct ChildResult {
   bool timed_out = false;
-  bool cancelled = false;  // killed because `cancel` was set (a peer process failed)
+  bool cancelled = false;    // killed because `cancel` was set (a peer process failed)
+  bool interrupted = false;  // killed because this process got SIGINT or SIGTERM
   bool signaled = false;
   int signal = 0;
   int exit_code = 0;
   double wall_s = 0;
-  bool ok() const { return !timed_out && !cancelled && !signaled && exit_code == 0; }
+  bool ok() const {
+    return !timed_out && !cancelled && !interrupted && !signaled && exit_code == 0;
+  }
   // "killed by signal 11 (Segmentation fault)", "exited with status 3", "timed out after 600 s".
   std::string describe() const;
 };
@@ -29,6 +39,12 @@ struct ChildResult {
 ChildResult run_child(const std::vector<std::string>& argv, const std::string& stderr_file,
                       double timeout_s, const std::function<void(const std::string&)>& on_line,
                       const std::atomic<bool>* cancel = nullptr);
+
+// SIGINT and SIGTERM set the interrupt flag instead of ending the process (idempotent).
+void install_interrupt_handlers();
+
+// The signal that interrupted this process (SIGINT or SIGTERM), or 0.
+int interrupt_signal();
 
 // The last `lines` lines of a text file ("" if it cannot be read).
 std::string tail_of_file(const std::string& path, int lines);

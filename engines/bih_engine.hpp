@@ -77,6 +77,10 @@ class BihTestedEngine : public TestedEngine {
   std::vector<SequenceResult> generate(const std::vector<std::vector<int32_t>>& prompts,
                                        int max_tokens, GenerateStats* stats,
                                        const ProgressFn& progress) override;
+  bool reset_prefix_cache() override {
+    bundle_.engine->reset_prefix_cache();
+    return true;
+  }
   EngineBundle& bundle() { return bundle_; }
 
  private:

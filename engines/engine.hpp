@@ -52,6 +52,11 @@ class TestedEngine {
   virtual std::vector<SequenceResult> generate(const std::vector<std::vector<int32_t>>& prompts,
                                                int max_tokens, GenerateStats* stats,
                                                const ProgressFn& progress) = 0;
+  // Empties the engine's prefix cache (KV kept across generate() calls), so that the next
+  // generation runs cold, as a fresh process would. Returns false when the engine cannot: the
+  // worker then declines a prefix-caching scenario rather than compare mixed cache states.
+  virtual bool reset_prefix_cache() { return false; }
+
   // Stops the engine (a command engine asks its adapter to exit); safe to call twice.
   virtual void shutdown() {}
 };

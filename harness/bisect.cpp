@@ -234,7 +234,7 @@ Scenario apply_changes(const Scenario& good, const std::vector<KnobChange>& chan
   json j = unflatten(knobs);
   j["name"] = name;
   Scenario s = scenario_from_json(j, good.source_file, "");
-  if (make_plan(s.plan).comparisons.empty()) {
+  if (make_plan(s.plan, s.prefix_caching).comparisons.empty()) {
     throw InputError(good.source_file, "/plan",
                      "the plan compares nothing; valid: at least two batch_sizes, repeats >= 2, "
                      "or fresh_process true");
@@ -480,7 +480,7 @@ int bisect_command(const BisectOptions& options) {
                                    set.scenarios.size()));
     }
     Scenario s = std::move(set.scenarios.front());
-    if (make_plan(s.plan).comparisons.empty()) {
+    if (make_plan(s.plan, s.prefix_caching).comparisons.empty()) {
       throw InputError(file, "/plan",
                        "the plan compares nothing; valid: at least two batch_sizes, repeats >= 2, "
                        "or fresh_process true");

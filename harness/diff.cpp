@@ -42,7 +42,7 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
                    size_t max_divergences) {
   const auto& kinds = comparison_kinds();
   if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-    throw std::invalid_argument("compare: kind must be batch, repeat or fresh, not \"" + kind +
+    throw std::invalid_argument("compare: kind must be batch, repeat, fresh or cache, not \"" + kind +
                                 "\"");
   }
   if (a.sequences.size() != b.sequences.size()) {
@@ -132,7 +132,7 @@ Verdict decide_verdict(const std::vector<Comparison>& comparisons) {
   for (const Comparison& c : comparisons) {
     if (c.identical()) continue;
     if (c.kind == "repeat" || c.kind == "fresh") return Verdict::nondeterministic;
-    if (c.kind == "batch") {
+    if (c.kind == "batch" || c.kind == "cache") {
       batch_differs = true;
     } else {
       throw std::invalid_argument("decide_verdict: unknown comparison kind \"" + c.kind + "\"");

@@ -38,7 +38,9 @@ struct Divergence {
 };
 
 struct Comparison {
-  std::string kind;  // "batch" (bs=1 vs bs=N) | "repeat" (same process) | "fresh" (new process)
+  // "batch" (bs=1 vs bs=N) | "repeat" (same process) | "fresh" (new process) | "cache" (the batch
+  // cold vs the batch again on a warm prefix cache)
+  std::string kind;
   std::string a_label, b_label;
   int64_t tokens_compared = 0;     // positions (prompt, step) compared
   int64_t tokens_differ = 0;       // positions whose token ids differ
@@ -57,7 +59,7 @@ struct Comparison {
 
 // The valid comparison kinds.
 inline const std::vector<std::string>& comparison_kinds() {
-  static const std::vector<std::string> kinds{"batch", "repeat", "fresh"};
+  static const std::vector<std::string> kinds{"batch", "repeat", "fresh", "cache"};
   return kinds;
 }
 
@@ -75,7 +77,9 @@ std::string summarize(const Comparison& c);
 // invariant | batch_variant | nondeterministic from the comparisons alone: nondeterministic if any
 // "repeat" or "fresh" comparison differs (run to run beats batch size: a batch difference means
 // nothing when the same batch cannot reproduce itself); else batch_variant if any "batch"
-// comparison differs; else invariant. error and unsupported come from the driver, not from here.
+// comparison differs, or a "cache" one (a prefix-cache hit moved the bits: the output depends on
+// what other requests ran before, which is batch dependence, not run-to-run noise); else
+// invariant. error and unsupported come from the driver, not from here.
 // An empty list throws std::invalid_argument: a plan with nothing to compare proves nothing.
 Verdict decide_verdict(const std::vector<Comparison>& comparisons);
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include "engines/registry.hpp"
 #include "harness/environment.hpp"
 #include "harness/generation.hpp"
+#include "harness/health.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
 #include "harness/table.hpp"
@@ -30,6 +32,15 @@ namespace {
 
 Generation read_generation(const fs::path& path) {
   return generation_from_json(read_json_file(path.string()), path.string());
+}
+
+// SIGINT or SIGTERM arrived while a scenario ran: its workers are stopped and it gets no report.
+struct Interrupted {
+  int signal;
+};
+
+void throw_if_interrupted() {
+  if (const int sig = interrupt_signal(); sig != 0) throw Interrupted{sig};
 }
 
 std::string first_line(const std::string& text) {
@@ -141,7 +152,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   const std::string scenario_file = (work / "scenario.json").string();
   write_file_atomically(scenario_file, report.scenario.dump(2));
 
-  const Plan plan = make_plan(scenario.plan);
+  const Plan plan = make_plan(scenario.plan, scenario.prefix_caching);
   const std::string exe = self_executable();
   // One worker process, or one per rank for NCCL ranks (rank r on GPU r, all joining one NCCL
   // communicator whose unique id the driver makes); the first failing rank stops its peers.
@@ -189,6 +200,11 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     return "";
   };
   const auto ended = [&](const std::string& failure) {
+    // A worker killed for an interruption is no verdict: leave no report, not even `error`.
+    if (interrupt_signal() != 0) {
+      if (!options.keep_work) fs::remove_all(work, ec);
+      throw Interrupted{interrupt_signal()};
+    }
     if (failure.rfind("@unsupported ", 0) == 0) {
       return finish(Verdict::unsupported, failure.substr(13));
     }
@@ -199,13 +215,16 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   if (!plan.fresh.empty()) {
     if (std::string failure = launch(true); !failure.empty()) return ended(failure);
   }
+  throw_if_interrupted();
 
+  std::string unhealthy;
   try {
     std::map<std::string, Generation> gens;
     for (const auto* list : {&plan.in_process, &plan.fresh}) {
       for (const GenerationSpec& spec : *list) {
         gens[spec.label] = read_generation(work / generation_file_name(spec.label));
         report.generations.push_back(timing_of(gens[spec.label]));
+        report.generations.back().cache = spec.cache;
       }
     }
     const nlohmann::json meta = read_json_file((work / "meta.json").string());
@@ -229,6 +248,21 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
       for (const auto& [key, value] : scenario.nccl_env) nccl_env[key] = value;
       report.engine["nccl_env"] = nccl_env;
     }
+    // Every engine's output passes here: a broken model is never certified by its diff.
+    std::vector<const Generation*> checked;
+    for (const auto* list : {&plan.in_process, &plan.fresh}) {
+      for (const GenerationSpec& spec : *list) checked.push_back(&gens.at(spec.label));
+    }
+    const Health health =
+        check_health(checked, meta.value("engine", nlohmann::json::object()).value("value", ""));
+    report.health = to_json(health);
+    if (!health.healthy()) {
+      unhealthy = "unhealthy output, no verdict on invariance: " + health.problems.front();
+      if (health.problems.size() > 1) {
+        unhealthy += fmt::format(" (and {} more problem(s); see the report's health section)",
+                                 health.problems.size() - 1);
+      }
+    }
     for (const ComparisonSpec& c : plan.comparisons) {
       outcome.comparisons.push_back(compare(gens.at(c.a), gens.at(c.b), c.kind,
                                             static_cast<size_t>(options.max_divergences)));
@@ -236,6 +270,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   } catch (const std::exception& e) {
     return finish(Verdict::error, std::string("reading the worker's output failed: ") + e.what());
   }
+  if (!unhealthy.empty()) return finish(Verdict::error, unhealthy);
   ScenarioOutcome done = finish(decide_verdict(outcome.comparisons), "");
   const bool variant =
       done.verdict == Verdict::batch_variant || done.verdict == Verdict::nondeterministic;
@@ -250,8 +285,11 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     const ChildResult r =
         run_child({exe, "explain", done.report_path}, err_file, scenario.timeout_s,
                   [&](const std::string& line) { text += line + "\n"; });
-    done.localization =
-        r.ok() ? text : "bih explain " + r.describe() + ": " + tail_of_file(err_file, 5);
+    if (r.interrupted)
+      done.localization = "not localized: bih was interrupted\n";
+    else
+      done.localization =
+          r.ok() ? text : "bih explain " + r.describe() + ": " + tail_of_file(err_file, 5);
     if (!options.keep_work) fs::remove_all(work, ec);
   }
   return done;
@@ -265,7 +303,7 @@ int run_command(const RunOptions& options) {
   }
   scenarios = filter_scenarios(std::move(scenarios), options.only);
   for (const Scenario& s : scenarios) {
-    if (make_plan(s.plan).comparisons.empty()) {
+    if (make_plan(s.plan, s.prefix_caching).comparisons.empty()) {
       throw InputError(s.source_file, "/plan",
                        "scenario " + s.id() +
                            " compares nothing; valid: at least two "
@@ -298,6 +336,7 @@ int run_command(const RunOptions& options) {
   }
   const nlohmann::json environment = collect_environment();
 
+  install_interrupt_handlers();
   const bool tty = isatty(STDERR_FILENO);
   const auto run_start = std::chrono::steady_clock::now();
   std::vector<TableRow> rows;
@@ -306,7 +345,9 @@ int run_command(const RunOptions& options) {
     const Scenario& s = scenarios[i];
     const std::string prefix = fmt::format("[{}/{}] {}", i + 1, scenarios.size(), s.id());
     std::string last_shown;
+    std::string phase_now = "starting";
     auto progress = [&](const std::string& phase) {
+      phase_now = phase;
       // On a terminal one line is rewritten; in a log each phase change is a line (no step spam).
       if (tty) {
         std::fprintf(stderr, "\r\033[K%s | %s", prefix.c_str(), phase.c_str());
@@ -321,7 +362,24 @@ int run_command(const RunOptions& options) {
     std::optional<ScenarioOutcome> resumed;
     if (options.resume) resumed = finished_outcome(s, options.out_dir, environment);
     if (!resumed) progress("starting");
-    const ScenarioOutcome o = resumed ? *resumed : run_scenario(s, options, progress);
+    std::optional<ScenarioOutcome> ran;
+    try {
+      throw_if_interrupted();
+      if (!resumed) ran = run_scenario(s, options, progress);
+    } catch (const Interrupted& stop) {
+      const char* name = stop.signal == SIGTERM ? "SIGTERM" : "SIGINT";
+      std::fprintf(stderr,
+                   "%s\nbih: interrupted by %s during scenario %s (phase: %s); its workers were "
+                   "stopped and it has no report.\n%zu of %zu scenario(s) finished before it, "
+                   "their reports are in %s.\nTo go on, run the same command again with --resume "
+                   "and the same --out %s: finished scenarios are skipped.\n",
+                   tty ? "\r\033[K" : "", name, prefix.c_str(), phase_now.c_str(), i,
+                   scenarios.size(), options.out_dir.c_str(), options.out_dir.c_str());
+      std::error_code ec;
+      fs::remove(fs::path(options.out_dir) / "work", ec);
+      return 128 + stop.signal;  // the shell's convention: 130 for SIGINT, 143 for SIGTERM
+    }
+    const ScenarioOutcome o = resumed ? *resumed : *ran;
     std::fprintf(
         stderr, "%s%s -> %s (%s)%s\n", tty ? "\r\033[K" : "", prefix.c_str(),
         to_string(o.verdict).c_str(),
@@ -336,9 +394,14 @@ int run_command(const RunOptions& options) {
     std::vector<std::pair<std::string, std::string>> summaries = o.resumed_summaries;
     for (const Comparison& c : o.comparisons) summaries.emplace_back(c.kind, summarize(c));
     for (const auto& [kind, summary] : summaries) {
-      if (kind == "batch" && row.batch_summary.empty()) row.batch_summary = summary;
-      // Show a differing repeat/fresh comparison in preference to an identical one.
-      if (kind != "batch" && (row.repeat_summary.empty() || summary.rfind("0/", 0) != 0)) {
+      // Show a differing comparison in preference to an identical one: batch and cache (warm vs
+      // cold, also a dependence on other requests) in one column, repeat and fresh in the other.
+      const bool differs = summary.rfind("0/", 0) != 0;
+      if (kind == "batch" && (row.batch_summary.empty() || differs)) row.batch_summary = summary;
+      if (kind == "cache" && (row.batch_summary.empty() || differs)) {
+        row.batch_summary = "warm vs cold: " + summary;
+      }
+      if ((kind == "repeat" || kind == "fresh") && (row.repeat_summary.empty() || differs)) {
         row.repeat_summary = summary;
       }
     }

@@ -29,10 +29,13 @@ Context parse_label(const std::string& label) {
 }
 
 // Generates the group of prompts that holds `prompt` at `batch_size`, `runs` times in one engine,
-// tracing `prompt`'s token `step` in each run.
+// tracing `prompt`'s token `step` in each run. Every run starts on an empty prefix cache, as the
+// plan's cold generations do; with `warm`, runs after the first reuse what the first cached (the
+// plan's warm generation, for the cache comparison).
 std::vector<std::vector<TraceEntry>> trace_runs(const Scenario& s,
                                                 std::shared_ptr<const ModelWeights> weights,
-                                                int batch_size, int prompt, int step, int runs) {
+                                                int batch_size, int prompt, int step, int runs,
+                                                bool warm = false) {
   EngineBundle bundle = make_engine(s, weights);
   const auto prompts = make_prompts(s.plan.prompts, bundle.config.vocab_size, s.source_file);
   if (prompt < 0 || prompt >= static_cast<int>(prompts.size())) {
@@ -45,6 +48,7 @@ std::vector<std::vector<TraceEntry>> trace_runs(const Scenario& s,
   std::vector<std::vector<TraceEntry>> traces;
   for (int r = 0; r < runs; ++r) {
     TraceSink sink;
+    if (r == 0 || !warm) bundle.engine->reset_prefix_cache();
     bundle.engine->set_trace(TraceRequest{prompt - first, step}, &sink);
     bundle.engine->generate(group, step + 1);
     bundle.engine->set_trace({}, nullptr);
@@ -145,7 +149,7 @@ Localization localize(const Scenario& scenario, const std::string& kind, const s
   std::vector<TraceEntry> ta, tb;
   if (ca.batch_size == cb.batch_size && !ca.fresh && !cb.fresh) {
     // Same context twice in one engine: run to run, as the repeat comparison ran it.
-    auto runs = trace_runs(s, weights, ca.batch_size, prompt, step, 2);
+    auto runs = trace_runs(s, weights, ca.batch_size, prompt, step, 2, kind == "cache");
     ta = std::move(runs[0]);
     tb = std::move(runs[1]);
   } else {
@@ -189,13 +193,20 @@ Localization explain_report(const nlohmann::json& report, const std::optional<st
       }
       continue;
     }
-    const bool wanted = verdict == "nondeterministic" ? k != "batch" : k == "batch";
+    // nondeterministic rests on repeat/fresh; batch_variant on batch, else on cache (warm vs
+    // cold), taken below when no batch comparison differs.
+    const bool wanted =
+        verdict == "nondeterministic" ? (k == "repeat" || k == "fresh") : k == "batch";
     if (wanted && differs) {
       chosen = &c;
       break;
     }
   }
   if (!chosen && kind) throw InputError("the report has no '" + *kind + "' comparison");
+  for (const auto& c : comparisons) {
+    if (chosen || kind) break;
+    if (c.at("kind") == "cache" && !c.at("first_divergences").empty()) chosen = &c;
+  }
   if (!chosen) chosen = &comparisons.at(0);
   int prompt = 0, step = 0;
   if (!chosen->at("first_divergences").empty()) {

@@ -18,7 +18,7 @@ namespace bih {
 
 struct Localization {
   bool diverged = false;  // the re-run's traces differ somewhere
-  std::string kind;       // the comparison: "batch", "repeat", "fresh"
+  std::string kind;       // the comparison: "batch", "repeat", "fresh", "cache"
   std::string a_label, b_label;
   int prompt = 0;
   int step = 0;

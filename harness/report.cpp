@@ -46,6 +46,7 @@ json to_json(const GenerationTiming& g) {
           {"wall_s", g.wall_s},
           {"steps", g.steps},
           {"tokens_processed", g.tokens_processed},
+          {"cache", g.cache.empty() ? json() : json(g.cache)},
           // Rows through the model per second; null for an unmeasured (zero) wall time.
           {"tokens_per_s",
            g.wall_s > 0 ? json(static_cast<double>(g.tokens_processed) / g.wall_s) : json()}};
@@ -63,7 +64,8 @@ uint64_t fnv1a64(const std::string& s) {
 }  // namespace
 
 GenerationTiming timing_of(const Generation& g) {
-  return {g.label, g.batch_size, g.repeat, g.fresh_process, g.wall_s, g.steps, g.tokens_processed};
+  return {g.label,  g.batch_size, g.repeat,           g.fresh_process,
+          g.wall_s, g.steps,      g.tokens_processed, ""};
 }
 
 nlohmann::json to_json(const Comparison& c) {
@@ -113,6 +115,7 @@ nlohmann::json make_report(const ReportInput& in) {
                  {"wall_s", in.wall_s},
                  {"created_at", in.created_at.empty() ? utc_now_iso8601() : in.created_at}};
   if (in.engine.is_object()) report["engine"] = in.engine;
+  if (in.health.is_object()) report["health"] = in.health;
   return report;
 }
 

@@ -28,6 +28,7 @@ struct GenerationTiming {
   double wall_s = 0;
   int64_t steps = 0;
   int64_t tokens_processed = 0;  // rows through the model, padding included
+  std::string cache;             // the plan's cache state: "" (no prefix caching), cold, warm
 };
 GenerationTiming timing_of(const Generation& g);
 
@@ -40,6 +41,7 @@ struct ReportInput {
   nlohmann::json engine;  // {"backend", "communicator", "nccl_env"}; null when no worker ran
   std::vector<GenerationTiming> generations;
   std::vector<Comparison> comparisons;
+  nlohmann::json health;  // harness/health.hpp's to_json; null when no generation was read
   Verdict verdict = Verdict::error;
   std::string reason;          // why error/unsupported: signal, exit code, stderr tail
   double wall_s = 0;           // the whole scenario, launch to verdict

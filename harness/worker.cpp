@@ -57,7 +57,7 @@ std::string generation_file_name(const std::string& label) {
 int run_worker(const WorkerArgs& args) {
   const nlohmann::json resolved = read_json_file(args.scenario_file);
   const Scenario s = scenario_from_json(resolved, args.scenario_file);
-  const Plan plan = make_plan(s.plan);
+  const Plan plan = make_plan(s.plan, s.prefix_caching);
   const auto& gens = args.fresh ? plan.fresh : plan.in_process;
 
   const bool writer = args.rank <= 0;  // NCCL ranks other than 0 compute but write nothing
@@ -111,7 +111,20 @@ int run_worker(const WorkerArgs& args) {
   meta["generations"] = nlohmann::json::array();
 
   for (const GenerationSpec& spec : gens) {
-    if (spec.batch_size == s.plan.batch_sizes.back() && spec.repeat == 0) inject_fault(s.fault);
+    if (spec.batch_size == s.plan.batch_sizes.back() && spec.repeat == 0 && spec.cache != "warm") {
+      inject_fault(s.fault);
+    }
+    // Like with like: a cold generation starts from an empty prefix cache, whatever ran before.
+    if (spec.cache == "cold" && !engine->reset_prefix_cache()) {
+      std::printf(
+          "@unsupported engine %s cannot empty its prefix cache between generations, so "
+          "with prefix caching on its cold and warm generations cannot be told apart "
+          "(set prefix_caching.enabled=false)\n",
+          identity.name.c_str());
+      std::fflush(stdout);
+      engine->shutdown();
+      return 0;
+    }
     Generation g;
     g.label = spec.label;
     g.batch_size = spec.batch_size;
@@ -159,7 +172,8 @@ int run_worker(const WorkerArgs& args) {
                                    {"rows", stats.rows},
                                    {"real_rows", stats.real_rows},
                                    {"sp_steps", stats.sp_steps},
-                                   {"prefix_hit_tokens", stats.prefix_hit_tokens}});
+                                   {"prefix_hit_tokens", stats.prefix_hit_tokens},
+                                   {"cache", spec.cache}});
   }
   engine->shutdown();
   if (!writer) return 0;

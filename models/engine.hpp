@@ -68,6 +68,9 @@ class Engine {
     trace_sink_ = sink;
   }
 
+  // Forgets every cached prefix block (between generate() calls): the next call runs cold.
+  void reset_prefix_cache() { blocks_.reset_prefix_cache(); }
+
   // One prefill of `tokens` (no cache reuse), returning the logits of every position: [T, V].
   std::vector<bf16> prefill_logits(const std::vector<int32_t>& tokens);
 

@@ -104,4 +104,13 @@ void BlockManager::release(std::vector<int32_t>& block_table) {
   block_table.clear();
 }
 
+void BlockManager::reset_prefix_cache() {
+  for (int32_t id : evictable_) {
+    blocks_[id].hashed = false;
+    cached_.erase(blocks_[id].hash);
+    clean_.push_back(id);
+  }
+  evictable_.clear();
+}
+
 }  // namespace bih

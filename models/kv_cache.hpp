@@ -41,6 +41,10 @@ class BlockManager {
   // Drops one reference to every block of the table and clears it.
   void release(std::vector<int32_t>& block_table);
 
+  // Forgets every cached block that no sequence holds (all of them between generations): later
+  // sequences find no prefix until new blocks are registered.
+  void reset_prefix_cache();
+
  private:
   struct Block {
     int ref_count = 0;

@@ -331,8 +331,12 @@ Fingerprint run_fingerprint(const FingerprintOptions& options) {
   }
   f.supported = true;
   f.orders_coincide = n == 2;
+  f.validated = n >= 3;
   if (n == 2) {
-    f.note = "n=2: every order model gives the same bits; fingerprinting needs n>=3";
+    f.note =
+        "not validated: at n=2 every order model gives the same bits (one commutative add), so "
+        "agreement says nothing about NCCL's order; validating the emulated orders needs n>=3 "
+        "GPUs";
   } else if (n > options.max_ranks_for_all_rings) {
     f.note = "n=" + std::to_string(n) + ": only the ring order 0..n-1 is tried";
   }
@@ -348,10 +352,15 @@ Fingerprint run_fingerprint(const FingerprintOptions& options) {
 }
 
 nlohmann::json to_json(const Fingerprint& f) {
-  nlohmann::json j = {{"supported", f.supported}, {"reason", f.reason},
-                      {"gpus", f.gpus},           {"nccl_version", f.nccl_version},
-                      {"nccl_env", f.nccl_env},   {"orders_coincide", f.orders_coincide},
-                      {"note", f.note},           {"claim_met", f.claim_met()}};
+  nlohmann::json j = {{"supported", f.supported},
+                      {"reason", f.reason},
+                      {"gpus", f.gpus},
+                      {"nccl_version", f.nccl_version},
+                      {"nccl_env", f.nccl_env},
+                      {"orders_coincide", f.orders_coincide},
+                      {"validated", f.validated},
+                      {"note", f.note},
+                      {"claim_met", f.claim_met()}};
   j["entries"] = nlohmann::json::array();
   for (const auto& e : f.entries) {
     nlohmann::json models = nlohmann::json::object();

@@ -46,6 +46,9 @@ struct Fingerprint {
   std::string nccl_version;
   std::map<std::string, std::string> nccl_env;  // NCCL_* as the run saw it
   bool orders_coincide = false;                 // n == 2: every order model gives the same bits
+  // n >= 3: the orders differ, so a match says which one NCCL used. At n == 2 every claim is met
+  // whatever NCCL does (one commutative add): the emulated orders are "not validated" there.
+  bool validated = false;
   std::string note;
   std::vector<FingerprintEntry> entries;
   bool claim_met() const;  // every entry's claim met (false when unsupported)

@@ -30,7 +30,7 @@ struct SplitMix64 {
 
 }  // namespace
 
-Plan make_plan(const PlanSpec& spec) {
+Plan make_plan(const PlanSpec& spec, bool prefix_caching) {
   Plan plan;
   const int last = spec.batch_sizes.back();
   for (size_t i = 0; i + 1 < spec.batch_sizes.size(); ++i) {
@@ -51,6 +51,15 @@ Plan make_plan(const PlanSpec& spec) {
   if (spec.fresh_process) {
     plan.fresh.push_back({label_for(last, 0, true), last, 0, true});
     plan.comparisons.push_back({"fresh", batch, plan.fresh.back().label});
+  }
+  if (prefix_caching) {
+    for (auto* list : {&plan.in_process, &plan.fresh}) {
+      for (GenerationSpec& g : *list) g.cache = "cold";
+    }
+    // Right after the last cold run of the same batch: every full prompt block is cached.
+    GenerationSpec warm{label_for(last, 0, false) + "(warm)", last, 0, false, "warm"};
+    plan.in_process.push_back(warm);
+    plan.comparisons.push_back({"cache", batch, warm.label});
   }
   return plan;
 }

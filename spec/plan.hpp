@@ -4,6 +4,14 @@
 // (all prompts in one batch), "bs=64#2" (the batch again, same process) and "bs=64(fresh)" (the
 // batch in a new process). Comparisons: batch ("bs=1" vs "bs=64"), repeat ("bs=64" vs "bs=64#2")
 // and fresh ("bs=64" vs "bs=64(fresh)").
+//
+// Cache state is part of the plan. With prefix caching on, an engine that keeps its prefix cache
+// across generate() calls (a long-lived server does) would run "bs=64" on KV that "bs=1" cached,
+// while "bs=64(fresh)" starts cold: the fresh comparison would mix cache states. So with prefix
+// caching every generation above is cold (the worker resets the engine's prefix cache before it),
+// and one more generation, "bs=64(warm)", runs the batch again right after the last cold one,
+// reusing every full prompt block that run cached. Comparison cache ("bs=64" vs "bs=64(warm)")
+// says whether a prefix-cache hit moves the bits; it is never run-to-run nondeterminism.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +27,13 @@ struct GenerationSpec {
   int batch_size = 1;
   int repeat = 0;
   bool fresh_process = false;
+  // "" (prefix caching off: no cache to speak of), "cold" (the prefix cache is emptied first) or
+  // "warm" (the cache as the previous generation left it).
+  std::string cache;
 };
 
 struct ComparisonSpec {
-  std::string kind;  // "batch" | "repeat" | "fresh"
+  std::string kind;  // "batch" | "repeat" | "fresh" | "cache"
   std::string a;     // labels
   std::string b;
 };
@@ -33,7 +44,8 @@ struct Plan {
   std::vector<ComparisonSpec> comparisons;
 };
 
-Plan make_plan(const PlanSpec& spec);
+// `prefix_caching`: the scenario's prefix_caching.enabled (adds the cache states above).
+Plan make_plan(const PlanSpec& spec, bool prefix_caching);
 
 // The prompts of a plan: read from prompts.file (resolved against the scenario file's folder), or
 // synthetic: lengths uniform in [min_len, max_len], ids uniform in [0, vocab_size), from the seed.

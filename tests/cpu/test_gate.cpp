@@ -263,6 +263,20 @@ TEST(ExpectationsFile, GpuBaselineCoversTheGpuMatrix) {
   EXPECT_EQ(used.size(), baseline.entries.size()) << "an entry of the baseline matches nothing";
 }
 
+TEST(ExpectationsFile, NcclCellsGetNoExpectationFromEmulatedRuns) {
+  // The baseline's entries were measured with emulated ranks (and the TP=2 NCCL cells on real
+  // NCCL). A real-NCCL cell at TP>=3 is what checks the emulated order models: an expectation
+  // that matched it would be the emulation judging itself.
+  const ExpectationsFile baseline = load_expectations(kSource + "/ci/expectations-gpu.json");
+  for (const char* file : {"/scenarios/issue-56370-nccl.json", "/scenarios/issue-56370-gpu.json"}) {
+    for (const Scenario& s : load_scenarios(kSource + file).scenarios) {
+      if (s.ranks != RankKind::nccl) continue;
+      const Expectation* e = match_expectation(baseline, s.id());
+      EXPECT_EQ(e, nullptr) << s.id() << " matched by " << (e ? e->id : "");
+    }
+  }
+}
+
 TEST(GatePublished, TheH200ReportsPassTheGpuBaselineAndTheSchema) {
   // The published GPU reports (2x H200) are real bih.report/1 documents and meet the baseline
   // that a GPU CI job would gate on.

@@ -47,7 +47,9 @@ TEST_P(IssueMatrix, VerdictMeetsExpectation) {
   EXPECT_EQ(schema_errors(report), "");
 
   const auto& comparisons = report.at("comparisons");
-  ASSERT_EQ(comparisons.size(), 2u);  // bs=1 vs bs=64, and bs=64 vs its repeat
+  // bs=1 vs bs=64, and bs=64 vs its repeat; with prefix caching also bs=64 cold vs warm.
+  ASSERT_EQ(comparisons.size(), s.prefix_caching ? 3u : 2u);
+  if (s.prefix_caching) EXPECT_EQ(comparisons[2].at("kind"), "cache");
   for (const auto& c : comparisons) {
     EXPECT_EQ(c.at("tokens_compared"), 64 * 24);
     EXPECT_EQ(c.at("logprobs_compared"), 64 * 24);

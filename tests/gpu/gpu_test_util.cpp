@@ -3,9 +3,28 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "models/cuda/check.hpp"
 
 namespace bih::test {
+
+bool gpu_required() {
+  const char* v = std::getenv("BIH_REQUIRE_GPU");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+std::string gpu_unavailable_reason() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no usable CUDA device: cudaGetDeviceCount failed: ") + cudaGetErrorName(e) +
+           " (" + cudaGetErrorString(e) + ")";
+  }
+  return count == 0 ? "no CUDA device visible" : "";
+}
 
 void* device_alloc(size_t bytes) {
   void* p = nullptr;

@@ -1,15 +1,28 @@
 // gpu_test_util.hpp: the two things every GPU test needs: a clean skip without a GPU, and an
 // owning device buffer to copy host vectors to and from.
+//
+// A skip is right on a laptop and wrong on the GPU machine: there "no GPU visible" or a CUDA
+// error while looking for one means the check itself is broken, and a suite of skips would read
+// as green. With BIH_REQUIRE_GPU=1 (ci/device-check.sh sets it) those become failures. A skip for
+// "needs N GPUs" stays a skip: a smaller machine is a legitimate place to run the rest.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "models/cuda/device_info.hpp"
 
 namespace bih::test {
+
+// True when BIH_REQUIRE_GPU is set to 1: a missing GPU, CUDA or NCCL fails the test.
+bool gpu_required();
+
+// Why no GPU can be used ("no CUDA device visible", or the CUDA error that cudaGetDeviceCount
+// returned); "" when at least one is visible.
+std::string gpu_unavailable_reason();
 
 // Owning device memory of n elements of T (cudaMalloc; no managed memory). Defined in
 // gpu_test_util.cpp so that test files include no CUDA header.
@@ -46,8 +59,19 @@ class DeviceBuffer {
 
 }  // namespace bih::test
 
+// Skips the test for a missing prerequisite of the environment (a GPU, NCCL in the build), or
+// fails it under BIH_REQUIRE_GPU=1.
+#define BIH_SKIP_OR_FAIL(why)                                                                \
+  do {                                                                                       \
+    if (::bih::test::gpu_required()) {                                                       \
+      GTEST_FAIL() << (why) << " (BIH_REQUIRE_GPU=1: this machine must run every GPU test)"; \
+    }                                                                                        \
+    GTEST_SKIP() << (why);                                                                   \
+  } while (0)
+
 // First statement of every GPU test.
-#define BIH_SKIP_WITHOUT_GPU()                                              \
-  do {                                                                      \
-    if (::bih::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
+#define BIH_SKIP_WITHOUT_GPU()                                             \
+  do {                                                                     \
+    const std::string bih_no_gpu_ = ::bih::test::gpu_unavailable_reason(); \
+    if (!bih_no_gpu_.empty()) BIH_SKIP_OR_FAIL(bih_no_gpu_);               \
   } while (0)

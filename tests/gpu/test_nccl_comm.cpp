@@ -47,7 +47,7 @@ using namespace std::chrono_literals;
 #define BIH_SKIP_WITHOUT_NCCL_GPUS()                                                  \
   do {                                                                                \
     BIH_SKIP_WITHOUT_GPU();                                                           \
-    if (!::bih::cuda::nccl_available()) GTEST_SKIP() << "this build has no NCCL";     \
+    if (!::bih::cuda::nccl_available()) BIH_SKIP_OR_FAIL("this build has no NCCL");   \
     if (::bih::cuda::device_count() < 2)                                              \
       GTEST_SKIP() << "needs at least 2 GPUs; found " << ::bih::cuda::device_count(); \
   } while (0)
@@ -558,7 +558,7 @@ TEST(NcclCommTest, UniqueIdHexRoundTripsAndRejectsBadText) {
 }
 
 TEST(NcclCommTest, ArrivalOrderAndBadRanksAreRefusedAtConstruction) {
-  if (!cuda::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
+  if (!cuda::nccl_available()) BIH_SKIP_OR_FAIL("this build has no NCCL");
   const NcclUniqueId id{};  // never used: the arguments are checked first
   const auto refusal = [&](int rank, int size, CollectiveOrders orders) -> std::string {
     try {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "models/cuda/device_info.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
 #if defined(BIH_HAVE_NCCL)
 #include "probes/nccl_fingerprint.hpp"
 #endif
@@ -19,8 +20,9 @@ namespace {
 
 TEST(NcclFingerprint, RealNcclMatchesTheEmulatedModelsBitwise) {
 #if !defined(BIH_HAVE_NCCL)
-  GTEST_SKIP() << "this build has no NCCL";
+  BIH_SKIP_OR_FAIL("this build has no NCCL");
 #else
+  BIH_SKIP_WITHOUT_GPU();
   const int gpus = bih::cuda::device_count();
   if (gpus < 2) GTEST_SKIP() << "needs at least 2 GPUs; found " << gpus;
   bih::nccl::FingerprintOptions options;
@@ -45,6 +47,7 @@ TEST(NcclFingerprint, RealNcclMatchesTheEmulatedModelsBitwise) {
     EXPECT_TRUE(e.claim_met) << e.collective << " count " << e.count_per_rank;
     if (gpus == 2) {
       EXPECT_TRUE(f.orders_coincide);
+      EXPECT_FALSE(f.validated);
       for (const auto& m : e.models) {
         EXPECT_EQ(m.positions_matched, e.positions)
             << e.collective << " count " << e.count_per_rank << " model " << m.model;
@@ -53,12 +56,14 @@ TEST(NcclFingerprint, RealNcclMatchesTheEmulatedModelsBitwise) {
   }
   EXPECT_EQ(fixed_rows, 2 * options.count_multipliers.size());
   EXPECT_TRUE(f.claim_met());
+  EXPECT_EQ(f.validated, gpus >= 3);
+  if (gpus == 2) EXPECT_NE(bih::nccl::render(f).find("not validated"), std::string::npos);
 #endif
 }
 
 TEST(NcclFingerprint, ClaimFollowsNcclAlgo) {
 #if !defined(BIH_HAVE_NCCL)
-  GTEST_SKIP() << "this build has no NCCL";
+  BIH_SKIP_OR_FAIL("this build has no NCCL");
 #else
   using V = std::vector<std::string>;
   EXPECT_EQ(bih::nccl::claimed_all_reduce_models(""), (V{"ring", "tree"}));
