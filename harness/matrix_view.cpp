@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <set>
 
+#include "base/edit_distance.hpp"
 #include "base/errors.hpp"
+#include "spec/scenario.hpp"
 
 namespace bih {
 namespace {
@@ -222,6 +224,16 @@ void check_axes(const MatrixOptions& options) {
         throw InputError("--rows/--cols/--split: \"" + k +
                          "\" is not a dotted scenario key; valid: e.g. parallel.tp, "
                          "sequence_parallel.enabled, collectives.reduce_scatter");
+      }
+      if (!is_scenario_dotted_key(k)) {
+        // A typo would otherwise pivot every report into one "(absent)" row, silently.
+        std::string what = "--rows/--cols/--split: unknown scenario key \"" + k + "\"";
+        const std::vector<std::string> keys = scenario_dotted_keys();
+        if (auto near = nearest_key(k, keys)) what += " (did you mean \"" + *near + "\"?)";
+        std::string valid;
+        for (const std::string& key : keys) valid += (valid.empty() ? "" : ", ") + key;
+        throw InputError(what + "; valid: " + valid +
+                         ", nccl_env.NCCL_<name>, engine.options.<name>, engine.env.<name>");
       }
       if (!seen.insert(k).second) {
         throw InputError("--rows/--cols/--split: \"" + k +
