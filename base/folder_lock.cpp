@@ -27,9 +27,9 @@ FolderLock::FolderLock(const std::string& folder) {
   const std::string path = (fs::path(folder) / ".lock").string();
   fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) {
-    throw InputError(folder, "",
-                     "cannot write in the folder (" + path + ": " + std::strerror(errno) + "); " +
-                         valid);
+    throw InputError(
+        folder, "",
+        "cannot write in the folder (" + path + ": " + std::strerror(errno) + "); " + valid);
   }
   if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -40,8 +40,9 @@ FolderLock::FolderLock(const std::string& folder) {
     if (err == EWOULDBLOCK) {
       const std::string holder = n > 0 ? std::string(pid, strcspn(pid, "\n")) : "unknown";
       throw InputError(folder, "",
-                       "another bih run (pid " + holder + ") is writing into this folder; valid: "
-                       "wait for it to finish, or give this run another --out");
+                       "another bih run (pid " + holder +
+                           ") is writing into this folder; valid: "
+                           "wait for it to finish, or give this run another --out");
     }
     throw InputError(folder, "", "cannot lock " + path + ": " + std::strerror(err) + "; " + valid);
   }

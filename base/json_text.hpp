@@ -26,9 +26,9 @@ namespace bih {
 inline constexpr int kMaxJsonDepth = 64;
 
 struct JsonRules {
-  bool comments = true;         // // and /* */ comments (bih's own files allow them)
+  bool comments = true;  // // and /* */ comments (bih's own files allow them)
   int max_depth = kMaxJsonDepth;
-  bool unique_keys = true;      // refuse a key that appears twice in one object
+  bool unique_keys = true;  // refuse a key that appears twice in one object
 };
 
 // A 1-based position in a text.

@@ -186,8 +186,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
       // The terminal shows the reason's first line: it carries the worker's last words.
       return fmt::format("{} worker{} {}{}{}", fresh ? "fresh-process" : "scenario",
                          nccl ? fmt::format(" of rank {}", r) : "", results[r].describe(),
-                         tail.empty() ? ""
-                                      : ": " + last_words(tail) + "; last lines of stderr:\n",
+                         tail.empty() ? "" : ": " + last_words(tail) + "; last lines of stderr:\n",
                          tail);
     }
     if (!declined.empty()) return "@unsupported " + declined;

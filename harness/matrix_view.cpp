@@ -216,7 +216,9 @@ void label_distinguishing_knobs(std::vector<CellEntry>& entries,
   }
 }
 
-void check_axes(const MatrixOptions& options) {
+}  // namespace
+
+void check_matrix_axes(const MatrixOptions& options) {
   std::set<std::string> seen;
   for (const auto* axis : {&options.rows, &options.cols, &options.split}) {
     for (const std::string& k : *axis) {
@@ -242,8 +244,6 @@ void check_axes(const MatrixOptions& options) {
     }
   }
 }
-
-}  // namespace
 
 std::string short_axis_name(const std::string& dotted_key) {
   static const std::map<std::string, std::string> names{
@@ -273,7 +273,7 @@ std::string axis_value_text(const json& value) {
 }
 
 MatrixView build_matrix_view(const ReportSet& set, const MatrixOptions& options) {
-  check_axes(options);
+  check_matrix_axes(options);
   MatrixView view;
   view.title = options.title;
   view.options = options;

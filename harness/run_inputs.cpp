@@ -17,8 +17,8 @@ void check_unique_ids(const std::vector<Scenario>& scenarios) {
     if (inserted) continue;
     const std::string& a = it->second->source_file;
     const std::string& b = s.source_file;
-    const std::string where = a == b ? "the file " + a + " is given twice"
-                                     : "both " + a + " and " + b + " define it";
+    const std::string where =
+        a == b ? "the file " + a + " is given twice" : "both " + a + " and " + b + " define it";
     throw InputError(b, "",
                      "scenario " + s.id() + " appears twice (" + where +
                          "); its second report would overwrite the first; valid: each scenario "

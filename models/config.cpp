@@ -258,7 +258,8 @@ std::optional<ModelConfig> preset_config(const std::string& name) {
 std::vector<std::string> preset_names() { return {"tiny", "qwen3-0.6b", "qwen3-1.7b"}; }
 
 ModelConfig load_config_json(const std::string& path) {
-  const Json j = parse_json_text<Json>(read_text_file(path, "the model config (config.json)"), path);
+  const Json j =
+      parse_json_text<Json>(read_text_file(path, "the model config (config.json)"), path);
   if (!j.is_object()) throw InputError(path, "", "expected a JSON object");
 
   check_architecture(j, path);

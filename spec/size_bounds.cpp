@@ -28,12 +28,12 @@ void check_capture_sizes(const Scenario& s, const std::string& file, const std::
   // only burns memory, and the fixed cap keeps a huge plan's padding in reach too.
   const int64_t step_rows = int64_t{s.plan.max_num_seqs} * s.plan.max_model_len;
   const int64_t limit = std::min<int64_t>(step_rows, kMaxCaptureSize);
-  const std::string which =
-      limit == kMaxCaptureSize
-          ? "the cap of " + std::to_string(kMaxCaptureSize) + " rows"
-          : "the largest step the plan can run, max_num_seqs (" +
-                std::to_string(s.plan.max_num_seqs) + ") x max_model_len (" +
-                std::to_string(s.plan.max_model_len) + ") = " + std::to_string(step_rows) + " rows";
+  const std::string which = limit == kMaxCaptureSize
+                                ? "the cap of " + std::to_string(kMaxCaptureSize) + " rows"
+                                : "the largest step the plan can run, max_num_seqs (" +
+                                      std::to_string(s.plan.max_num_seqs) + ") x max_model_len (" +
+                                      std::to_string(s.plan.max_model_len) +
+                                      ") = " + std::to_string(step_rows) + " rows";
   for (size_t i = 0; i < s.capture_sizes.size(); ++i) {
     if (s.capture_sizes[i] > limit) {
       throw ScenarioError(file, pointer + "/cudagraph/capture_sizes/" + std::to_string(i),
@@ -51,9 +51,9 @@ void check_kv_cache(const Scenario& s, const ModelConfig& c, const std::string& 
   try {
     per_rank = kv_cache_bytes_per_rank(o, c.num_layers, c.num_kv_heads / s.tp, c.head_dim);
   } catch (const std::length_error& e) {
-    throw ScenarioError(file, where,
-                        std::string(e.what()) + "; valid: max_num_seqs x max_model_len within " +
-                            "2^31 KV slots");
+    throw ScenarioError(
+        file, where,
+        std::string(e.what()) + "; valid: max_num_seqs x max_model_len within " + "2^31 KV slots");
   }
   // Only bih's CPU engine reserves in this process (its TP ranks are threads); a GPU's memory and
   // an adapter's engine are theirs to bound.
@@ -64,17 +64,18 @@ void check_kv_cache(const Scenario& s, const ModelConfig& c, const std::string& 
   const auto budget = static_cast<uint64_t>(static_cast<double>(*available) * kKvMemoryShare);
   if (total <= budget) return;
   const std::string formula =
-      "2 (K, V) x " + std::to_string(c.num_layers) + " layers x " +
-      std::to_string(c.num_kv_heads) + " KV heads x " + std::to_string(c.head_dim) +
-      " head_dim x 2 bytes x " + std::to_string(o.max_model_len) + " max_model_len x " +
-      std::to_string(o.max_num_seqs) + " max_num_seqs" + (o.prefix_caching ? " x 2 (prefix cache)" : "");
-  throw ScenarioError(
-      file, where,
-      "the KV cache this plan reserves up front, " + formula + " = " + std::to_string(total) +
-          " bytes (" + format_bytes(total) + "), exceeds half of this machine's available memory (" +
-          format_bytes(*available) + " MemAvailable, so " + format_bytes(budget) +
-          "); valid: a smaller plan.max_model_len (it needs only the longest prompt + max_tokens) " +
-          "or plan.max_num_seqs (it needs only the largest batch size)");
+      "2 (K, V) x " + std::to_string(c.num_layers) + " layers x " + std::to_string(c.num_kv_heads) +
+      " KV heads x " + std::to_string(c.head_dim) + " head_dim x 2 bytes x " +
+      std::to_string(o.max_model_len) + " max_model_len x " + std::to_string(o.max_num_seqs) +
+      " max_num_seqs" + (o.prefix_caching ? " x 2 (prefix cache)" : "");
+  throw ScenarioError(file, where,
+                      "the KV cache this plan reserves up front, " + formula + " = " +
+                          std::to_string(total) + " bytes (" + format_bytes(total) +
+                          "), exceeds half of this machine's available memory (" +
+                          format_bytes(*available) + " MemAvailable, so " + format_bytes(budget) +
+                          "); valid: a smaller plan.max_model_len (it needs only the longest "
+                          "prompt + max_tokens) " +
+                          "or plan.max_num_seqs (it needs only the largest batch size)");
 }
 
 }  // namespace

@@ -11,10 +11,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "base/folder_lock.hpp"
+#include "base/json_file.hpp"
 #include "base/json_text.hpp"
 #include "engines/engine_protocol.hpp"
 #include "models/forward.hpp"
@@ -41,9 +43,10 @@ void write_text(const fs::path& path, const std::string& text) { std::ofstream(p
 
 // A scenario small enough to run in a second or two, with `extra` merged in.
 std::string small_scenario(const json& extra = json::object()) {
-  json j = {{"plan", {{"prompts", {{"count", 2}, {"min_len", 2}, {"max_len", 4}}},
-                      {"max_tokens", 2},
-                      {"batch_sizes", {1, 2}}}}};
+  json j = {{"plan",
+             {{"prompts", {{"count", 2}, {"min_len", 2}, {"max_len", 4}}},
+              {"max_tokens", 2},
+              {"batch_sizes", {1, 2}}}}};
   j.merge_patch(extra);
   return j.dump();
 }
@@ -61,8 +64,8 @@ TEST(JsonText, DepthUpToTheLimitParsesAndOneMoreIsRefusedWithLineAndColumn) {
 
 TEST(JsonText, BracketsInStringsAndCommentsDoNotCount) {
   const std::string text = "// [[[[ " + std::string(100, '[') + "\n/* {{{{" +
-                           std::string(100, '{') + " */ [\"" + std::string(100, '[') +
-                           "\\\"" + std::string(100, '{') + "\"]";
+                           std::string(100, '{') + " */ [\"" + std::string(100, '[') + "\\\"" +
+                           std::string(100, '{') + "\"]";
   EXPECT_FALSE(first_too_deep(text, 2).has_value());
   EXPECT_NO_THROW(parse_json_text<json>(text, "f.json"));
 }
@@ -109,7 +112,8 @@ TEST(KvPool, ABlockCountPastAnIntThrowsInsteadOfOverflowing) {
   o.max_model_len = 512;
   EXPECT_EQ(kv_pool_blocks(o), 64 * 32 * 2 + 1);
   // tiny: 4 layers, 8 KV heads of 16 at tp=1.
-  EXPECT_EQ(kv_cache_bytes_per_rank(o, 4, 8, 16), uint64_t(kv_pool_blocks(o)) * 16 * 8 * 16 * 2 * 4 * 2);
+  EXPECT_EQ(kv_cache_bytes_per_rank(o, 4, 8, 16),
+            uint64_t(kv_pool_blocks(o)) * 16 * 8 * 16 * 2 * 4 * 2);
 }
 
 // ---- through the binary ----
@@ -157,15 +161,16 @@ TEST_F(Hostile, DuplicateKeyInAMatrixCaseNamesThePointer) {
 }
 
 TEST_F(Hostile, DuplicateKeyInAnExpectationsFileIsRefused) {
-  write_text(dir_ / "e.json", R"({"schema": "bih.expectations/1", "schema": "x", "expectations": []})");
+  write_text(dir_ / "e.json",
+             R"({"schema": "bih.expectations/1", "schema": "x", "expectations": []})");
   fs::create_directories(dir_ / "reports");
   const auto r = run_bih({"gate", "--expect", path("e.json"), path("reports")});
   expect_input_error(r, path("e.json") + ": at /schema: key 'schema' appears twice");
 }
 
 TEST_F(Hostile, CaptureSizeNearTwoToThe31IsRefusedNamingTheBound) {
-  const auto r = list(small_scenario({{"cudagraph", {{"mode", "full"},
-                                                     {"capture_sizes", {1, 2147483647}}}}}));
+  const auto r =
+      list(small_scenario({{"cudagraph", {{"mode", "full"}, {"capture_sizes", {1, 2147483647}}}}}));
   expect_input_error(r, "at /cudagraph/capture_sizes/1: capture size 2147483647 exceeds");
   EXPECT_NE(first_line(r.output).find("16384"), std::string::npos) << r.output;
 }
@@ -178,24 +183,27 @@ TEST_F(Hostile, CaptureSizeBeyondTheLargestStepOfASmallPlanNamesThatBound) {
 
 TEST_F(Hostile, HugeMaxNumSeqsIsOutOfRange) {
   const auto r = list(small_scenario({{"plan", {{"max_num_seqs", 2147483647}}}}));
-  expect_input_error(r, "at /plan/max_num_seqs: value 2147483647 is out of range; valid: an "
-                        "integer in 1..4096");
+  expect_input_error(r,
+                     "at /plan/max_num_seqs: value 2147483647 is out of range; valid: an "
+                     "integer in 1..4096");
 }
 
 TEST_F(Hostile, KvCacheBeyondTheMachineIsRefusedWithTheBytes) {
   // tiny at tp=4: 4 x (2 x 4 layers x 2 KV heads x 16 x 2 bytes) per slot x 4096 x 40960 x 2:
   // ~687 GB, more than any machine these tests run on.
-  const auto r = list(small_scenario({{"parallel", {{"tp", 4}}},
-                                      {"prefix_caching", {{"enabled", true}}},
-                                      {"plan", {{"max_num_seqs", 4096}, {"max_model_len", 40960}}}}));
+  const auto r =
+      list(small_scenario({{"parallel", {{"tp", 4}}},
+                           {"prefix_caching", {{"enabled", true}}},
+                           {"plan", {{"max_num_seqs", 4096}, {"max_model_len", 40960}}}}));
   expect_input_error(r, "at /plan/max_model_len: the KV cache this plan reserves up front");
   EXPECT_NE(first_line(r.output).find(" bytes ("), std::string::npos) << r.output;
   EXPECT_NE(first_line(r.output).find("MemAvailable"), std::string::npos) << r.output;
 }
 
 TEST_F(Hostile, RepeatsAndTimeoutAreBounded) {
-  expect_input_error(list(small_scenario({{"plan", {{"repeats", 1000000}}}})),
-                     "at /plan/repeats: value 1000000 is out of range; valid: an integer in 1..100");
+  expect_input_error(
+      list(small_scenario({{"plan", {{"repeats", 1000000}}}})),
+      "at /plan/repeats: value 1000000 is out of range; valid: an integer in 1..100");
   expect_input_error(list(small_scenario({{"timeout_s", 1e300}})), "at /timeout_s: ");
   expect_input_error(list(small_scenario({{"plan", {{"max_model_len", 2000000}}}})),
                      "at /plan/max_model_len: value 2000000 is out of range");
