@@ -69,15 +69,15 @@ class KeyTracker {
 
 // Parses `text` (named `source` in messages: a file path, or e.g. "the adapter's line") into any
 // basic_json flavour. Throws InputError:
-//   "SOURCE: line L, column C: nesting deeper than N levels; valid: at most N levels ..."
-//   "SOURCE: at /pointer/key: key 'key' appears twice in one object; valid: each key once"
-//   "SOURCE: not valid JSON: [json.exception.parse_error.101] ... at line L, column C: ..."
+//   "SOURCE: at /: line L, column C: arrays and objects nest deeper than N levels; valid: ..."
+//   "SOURCE: at /pointer/key: key 'key' appears twice in one object; valid: ..."
+//   "SOURCE: at /: not valid JSON: [json.exception.parse_error.101] ... line L, column C: ..."
 template <class Json>
 Json parse_json_text(const std::string& text, const std::string& source,
                      const JsonRules& rules = {}) {
   if (rules.max_depth > 0) {
     if (auto at = first_too_deep(text, rules.max_depth)) {
-      throw InputError(source + ": " + depth_message(*at, rules.max_depth));
+      throw InputError(source, "", depth_message(*at, rules.max_depth));
     }
   }
   typename Json::parser_callback_t callback = nullptr;
@@ -115,10 +115,12 @@ Json parse_json_text(const std::string& text, const std::string& source,
   }
   try {
     return Json::parse(text, callback, /*allow_exceptions=*/true, rules.comments);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() reads "[json.exception.parse_error.101] parse error at line L, column C: ...".
-    throw InputError(source + ": not valid JSON: " + e.what() + "; valid: JSON" +
-                     (rules.comments ? ", comments allowed" : ""));
+  } catch (const nlohmann::json::exception& e) {
+    // e.what() reads "[json.exception.parse_error.101] parse error at line L, column C: ...";
+    // a number past a double (1e999) is out_of_range.406, thrown by the parser as well.
+    throw InputError(source, "",
+                     std::string("not valid JSON: ") + e.what() + "; valid: JSON" +
+                         (rules.comments ? ", comments allowed" : ""));
   }
 }
 

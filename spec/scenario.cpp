@@ -355,7 +355,11 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
     if (e.cwd.empty()) at.at("cwd").fail("the folder is empty", "a folder");
     e.cwd = resolve_path(at.file, e.cwd);
   } else {
-    e.cwd = fs::absolute(fs::path(at.file).parent_path()).lexically_normal().string();
+    // A file named without a folder ("s.json") is in the working directory; fs::absolute("")
+    // throws, so that case is spelled out.
+    const fs::path folder = fs::path(at.file).parent_path();
+    e.cwd =
+        (folder.empty() ? fs::current_path() : fs::absolute(folder).lexically_normal()).string();
   }
   if (const json* env = find(j, "env")) {
     const Cursor env_at = at.at("env");
@@ -686,7 +690,7 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
     if (!v->is_number() || !(v->get<double>() > 0) || !(v->get<double>() <= kMaxTimeoutS)) {
       at.at("timeout_s")
           .fail("expected a positive number of seconds up to a week, got " + shown(*v),
-                "a number in (0, " + shown(json(kMaxTimeoutS)) + "]");
+                "a number > 0, at most " + shown(json(kMaxTimeoutS)) + " (a week)");
     }
     s.timeout_s = v->get<double>();
   }

@@ -11,8 +11,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "base/folder_lock.hpp"
@@ -22,6 +22,7 @@
 #include "models/forward.hpp"
 #include "models/safetensors.hpp"
 #include "run_bih.hpp"
+#include "spec/scenario_file.hpp"
 #include "test_util.hpp"
 
 namespace bih {
@@ -58,7 +59,7 @@ TEST(JsonText, DepthUpToTheLimitParsesAndOneMoreIsRefusedWithLineAndColumn) {
   const std::string text = "{\n  \"a\": " + nested(kMaxJsonDepth) + "}";
   const std::string msg = input_error_of([&] { parse_json_text<json>(text, "f.json"); });
   // The object is level 1, so the 64th '[' opens level 65: line 2, column 8 + 63.
-  EXPECT_EQ(first_line(msg).rfind("f.json: line 2, column 71: ", 0), 0u) << msg;
+  EXPECT_EQ(first_line(msg).rfind("f.json: at /: line 2, column 71: ", 0), 0u) << msg;
   EXPECT_NE(msg.find("valid: at most 64 levels"), std::string::npos) << msg;
 }
 
@@ -73,7 +74,7 @@ TEST(JsonText, BracketsInStringsAndCommentsDoNotCount) {
 TEST(JsonText, HundredThousandLevelsAreRefusedNotACrash) {
   const std::string msg =
       input_error_of([&] { parse_json_text<json>(nested(100000), "deep.json"); });
-  EXPECT_NE(msg.find("deep.json: line 1, column 65"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("deep.json: at /: line 1, column 65"), std::string::npos) << msg;
 }
 
 TEST(JsonText, DuplicateKeyIsRefusedWithItsPointer) {
@@ -89,10 +90,15 @@ TEST(JsonText, TheSameKeyInSiblingObjectsIsFineAndTildesAreEscaped) {
   EXPECT_NE(msg.find("at /a~1b/x~0: key 'x~' appears twice"), std::string::npos) << msg;
 }
 
+TEST(JsonText, NumberPastADoubleIsAnInputErrorToo) {
+  const std::string msg = input_error_of([&] { parse_json_text<json>("[1e999]", "f.json"); });
+  EXPECT_NE(msg.find("f.json: at /: not valid JSON: "), std::string::npos) << msg;
+}
+
 TEST(JsonText, StrictModeRefusesComments) {
   const std::string msg =
       input_error_of([&] { parse_json_text<json>("{} // no", "line", {.comments = false}); });
-  EXPECT_NE(msg.find("line: not valid JSON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("line: at /: not valid JSON"), std::string::npos) << msg;
 }
 
 TEST(JsonText, ProtocolLinesAreBoundedToo) {
@@ -140,7 +146,8 @@ void expect_input_error(const testing::BihResult& r, const std::string& first_li
 
 TEST_F(Hostile, DeeplyNestedScenarioIsAnInputErrorNotASegfault) {
   const auto r = list("{\"plan\": " + nested(100000) + "}");
-  expect_input_error(r, path("s.json") + ": line 1, column 73: arrays and objects nest deeper");
+  expect_input_error(r,
+                     path("s.json") + ": at /: line 1, column 73: arrays and objects nest deeper");
 }
 
 TEST_F(Hostile, DeepValueInSetIsRefused) {
@@ -335,6 +342,19 @@ TEST_F(Hostile, OneIdFromTwoFilesIsRefusedNamingBoth) {
   const auto twice = run_bih({"run", path("a.json"), path("a.json"), "--out", path("out")});
   expect_input_error(twice, "the file " + path("a.json") + " is given twice");
   EXPECT_FALSE(fs::exists(dir_ / "out"));
+}
+
+TEST_F(Hostile, CommandEngineFromAFileNamedWithoutAFolderRunsInTheWorkingDirectory) {
+  // "s.json" has an empty parent path; fs::absolute("") threw "internal error" before.
+  write_text(
+      dir_ / "s.json",
+      small_scenario({{"engine", {{"kind", "command"}, {"name", "x"}, {"command", {"true"}}}}}));
+  const fs::path before = fs::current_path();
+  fs::current_path(dir_);
+  std::string cwd;
+  EXPECT_NO_THROW(cwd = load_scenarios("s.json").scenarios.at(0).engine.cwd);
+  fs::current_path(before);
+  EXPECT_EQ(fs::path(cwd), fs::canonical(dir_));
 }
 
 TEST(HostileHelp, RunHelpHasExamplesExitCodesAndTheSetPathRule) {

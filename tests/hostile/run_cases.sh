@@ -27,8 +27,8 @@ case_() {
   local out rc line
   out=$(timeout 300 "$BIH" "$@" 2>&1)
   rc=$?
-  line=$(printf '%s\n' "$out" | grep -m1 -E '^bih: ' || true)
-  [ -z "$line" ] && line=$(printf '%s\n' "$out" | grep -m1 -E ' -> (error|unsupported)' || true)
+  line=$(printf '%s\n' "$out" | grep -a -m1 -E '^bih: ' || true)
+  [ -z "$line" ] && line=$(printf '%s\n' "$out" | grep -a -m1 -E ' -> (error|unsupported)' || true)
   [ -z "$line" ] && line=$(printf '%s\n' "$out" | head -n1)
   line=${line//$T/T}
   line=${line//|/\\|}
@@ -242,7 +242,7 @@ mk_ckpt c12 && py "
 import struct; p='c12/model.safetensors'; b=open(p,'rb').read(); n=struct.unpack('<Q',b[:8])[0]
 h=b[8:8+n].decode(); i=h.index('{', 1); j=h.index('}', i)+1; t=(h[:1]+h[i-len(h[1:i]):j]+','+h[1:]).encode()
 open(p,'wb').write(struct.pack('<Q',len(t))+t+b[8+n:])"
-case_ checkpoint "tensor named twice in the header" 2 -- run c12.json --out out-c12
+case_ checkpoint "a header key twice (__metadata__)" 2 -- run c12.json --out out-c12
 mk_ckpt c13 && py "
 import json; p='c13/config.json'; c=json.load(open(p)); c['hidden_size']=200; json.dump(c,open(p,'w'))"
 case_ checkpoint "config.json hidden_size that the weights do not have" 2 -- run c13.json --out out-c13
@@ -297,7 +297,7 @@ mkdir -p duprep && echo '{"schema": "bih.report/1", "schema": "bih.report/1"}' >
 case_ matrix "report with a key twice" 2 -- matrix duprep --out m6
 echo '{"schema": "bih.expectations/2", "expectations": []}' > exp2.json
 case_ gate "expectations with another schema" 2 -- gate --expect exp2.json noreports
-echo '{"schema": "bih.expectations/1", "expectations": [{"id": "x", "expect": "maybe"}]}' > exp3.json
+echo '{"schema": "bih.expectations/1", "expectations": [{"id": "x", "verdict": "maybe"}]}' > exp3.json
 case_ gate "expectation with an unknown verdict" 2 -- gate --expect exp3.json noreports
 case_ gate "expectations file missing" 2 -- gate --expect nope.json noreports
 
