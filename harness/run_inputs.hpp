@@ -24,8 +24,8 @@ void check_unique_ids(const std::vector<Scenario>& scenarios);
 // config.json, so `bih list` stays cheap.
 void check_checkpoints(const std::vector<Scenario>& scenarios);
 
-// The last non-empty line of a stderr tail (a worker's error message is its last line), cut to
-// a terminal line's length, for the one line of a failure the table and progress show.
+// The last line of a stderr tail that starts with "bih" (the worker's error message), else its
+// last non-empty line, cut to a terminal line's length, for the one line of a failure the table and progress show.
 std::string last_words(const std::string& tail);
 
 }  // namespace bih

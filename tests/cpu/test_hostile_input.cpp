@@ -357,6 +357,25 @@ TEST_F(Hostile, CommandEngineFromAFileNamedWithoutAFolderRunsInTheWorkingDirecto
   EXPECT_EQ(fs::path(cwd), fs::canonical(dir_));
 }
 
+// The table's script doubles as a test: every case must give its expected exit code.
+TEST(HostileCases, EveryCaseOfTheTableScriptGivesItsExpectedExitCode) {
+  const fs::path table = fresh_dir("hostile-cases") / "hostile-cases.md";
+  const std::string cmd =
+      "bash " + testing::shell_quote(std::string(BIH_SOURCE_DIR) + "/tests/hostile/run_cases.sh") +
+      " " + testing::shell_quote(BIH_BINARY) + " " + testing::shell_quote(table.string()) + " 2>&1";
+  std::string output;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) output.append(buf, n);
+  EXPECT_EQ(pclose(pipe), 0) << output;
+  std::ifstream in(table);
+  int rows = 0;
+  for (std::string line; std::getline(in, line);) rows += line.rfind("| ", 0) == 0 ? 1 : 0;
+  EXPECT_GE(rows - 1, 60) << "the table holds at least 60 cases";
+}
+
 TEST(HostileHelp, RunHelpHasExamplesExitCodesAndTheSetPathRule) {
   const auto r = run_bih({"run", "--help"});
   EXPECT_EQ(r.exit_code, 0);
