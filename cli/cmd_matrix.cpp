@@ -70,6 +70,12 @@ Command add_matrix_command(CLI::App& app) {
                 "showing a warning");
   return {
       cmd, [args] {
+        MatrixOptions options;
+        options.rows = split_commas(args->rows);
+        options.cols = split_commas(args->cols);
+        options.split = split_commas(args->split);
+        options.title = args->title;
+        check_matrix_axes(options);  // a typo is refused before any report is read
         const ReportSet set = load_report_set(args->inputs);
         if (set.reports.empty() && set.missing_ids.empty()) {
           throw InputError("bih matrix: no reports found in the given folders or files");
@@ -86,11 +92,6 @@ Command add_matrix_command(CLI::App& app) {
                        "the matrix says so:%s\n",
                        fields.c_str());
         }
-        MatrixOptions options;
-        options.rows = split_commas(args->rows);
-        options.cols = split_commas(args->cols);
-        options.split = split_commas(args->split);
-        options.title = args->title;
         const MatrixView view = build_matrix_view(set, options);
         for (const auto& path : write_matrix_files(view, args->formats, args->out_dir)) {
           std::printf("wrote %s\n", path.c_str());

@@ -7,6 +7,26 @@
 #include "spec/scenario_file.hpp"
 
 namespace bih::cli {
+namespace {
+
+const char* kRunFooter = R"(Examples:
+  bih run scenarios/issue-56370.json                          every scenario of a matrix file
+  bih run scenarios/issue-56370.json --only 'tp=4,sp=on*' --set plan.prompts.count=8 --out out/quick
+  bih run FILE --out out/mine --keep-work                     keep the dumps for bih diff
+
+--set KEY=VALUE edits every scenario as if the file said so: a relative path in VALUE (e.g.
+--set plan.prompts.file=prompts.json or --set model.path=ckpt) is resolved against the scenario
+file's folder, as the file's own paths are, not against the working directory; give an absolute
+path to mean another place.
+
+--out is locked for the run (OUT/.lock): a second run into the same folder is refused with the
+first one's pid.
+
+Exit codes: 0 every scenario met its expect (or is invariant when none is given), 1 a
+conformance failure, 2 a usage or input error (the message names the file, the JSON pointer and
+what would be valid; nothing is run), 3 an infrastructure failure (a worker crashed or timed out).)";
+
+}  // namespace
 
 Command add_run_command(CLI::App& app) {
   auto run = std::make_shared<RunOptions>();
@@ -37,6 +57,7 @@ Command add_run_command(CLI::App& app) {
                   "First divergences kept per comparison")
       ->capture_default_str()
       ->check(CLI::Range(0, 100000));
+  cmd->footer(kRunFooter);
   return {cmd, [run, shard] {
             parse_shard(*shard, run->shard_index, run->shard_count);
             return run_command(*run);

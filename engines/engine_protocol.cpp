@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "base/json_text.hpp"
+
 namespace bih::protocol {
 namespace {
 
@@ -73,9 +75,13 @@ json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& promp
 json shutdown_message() { return {{"type", "shutdown"}}; }
 
 json parse_line(const std::string& line) {
-  json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (message.is_discarded()) {
-    throw ProtocolError("the adapter wrote a line that is not JSON: " + quote_text(line) +
+  json message;
+  try {
+    // Strict JSON, bounded nesting, no key twice: a line that breaks a rule is the adapter's bug.
+    message = parse_json_text<json>(line, "the adapter's line", {.comments = false});
+  } catch (const InputError& e) {
+    throw ProtocolError("the adapter wrote a line that is not a valid JSON message (" +
+                        std::string(e.what()) + "): " + quote_text(line) +
                         " (stdout must carry only protocol lines; log to stderr)");
   }
   if (!message.is_object() || !message.contains("type") || !message["type"].is_string()) {

@@ -13,6 +13,7 @@
 #include "base/atomic_file.hpp"
 #include "base/child_process.hpp"
 #include "base/errors.hpp"
+#include "base/folder_lock.hpp"
 #include "engines/bih_engine.hpp"
 #include "engines/registry.hpp"
 #include "harness/environment.hpp"
@@ -20,6 +21,7 @@
 #include "harness/health.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
+#include "harness/run_inputs.hpp"
 #include "harness/table.hpp"
 #include "harness/worker.hpp"
 #include "spec/plan.hpp"
@@ -192,9 +194,11 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     for (int r = 0; r < processes; ++r) {
       if (results[r].ok() || results[r].cancelled) continue;
       std::string tail = tail_of_file(err_files[r], 12);
+      // The terminal shows the reason's first line: it carries the worker's last words.
       return fmt::format("{} worker{} {}{}{}", fresh ? "fresh-process" : "scenario",
                          nccl ? fmt::format(" of rank {}", r) : "", results[r].describe(),
-                         tail.empty() ? "" : "; last lines of stderr:\n", tail);
+                         tail.empty() ? "" : ": " + last_words(tail) + "; last lines of stderr:\n",
+                         tail);
     }
     if (!declined.empty()) return "@unsupported " + declined;
     return "";
@@ -302,6 +306,8 @@ int run_command(const RunOptions& options) {
     for (Scenario& s : set.scenarios) scenarios.push_back(std::move(s));
   }
   scenarios = filter_scenarios(std::move(scenarios), options.only);
+  check_unique_ids(scenarios);
+  check_checkpoints(scenarios);
   for (const Scenario& s : scenarios) {
     if (make_plan(s.plan, s.prefix_caching).comparisons.empty()) {
       throw InputError(s.source_file, "/plan",
@@ -327,7 +333,8 @@ int run_command(const RunOptions& options) {
     scenarios = std::move(mine);
   }
   for (const Scenario& s : scenarios) manifest.shard_ids.push_back(s.id());
-  fs::create_directories(options.out_dir);
+  // Held until the run returns: a second run into this --out is refused, naming our pid.
+  const FolderLock out_lock(options.out_dir);
   write_manifest(options.out_dir, manifest);
   if (scenarios.empty()) {
     std::printf("shard %d/%d has no scenario (the selection has %zu)\n", options.shard_index,

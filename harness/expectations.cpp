@@ -9,6 +9,7 @@
 
 #include "base/edit_distance.hpp"
 #include "base/errors.hpp"
+#include "base/json_text.hpp"
 
 namespace bih {
 namespace {
@@ -92,12 +93,7 @@ bool is_glob(std::string_view pattern) {
 }
 
 ExpectationsFile parse_expectations(const std::string& text, const std::string& path) {
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw InputError(path, "", std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json doc = parse_json_text<nlohmann::json>(text, path);
   if (!doc.is_object()) {
     throw InputError(path, "",
                      std::string("expected an object, got ") + doc.type_name() +

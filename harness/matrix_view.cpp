@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <set>
 
+#include "base/edit_distance.hpp"
 #include "base/errors.hpp"
+#include "spec/scenario.hpp"
 
 namespace bih {
 namespace {
@@ -214,7 +216,9 @@ void label_distinguishing_knobs(std::vector<CellEntry>& entries,
   }
 }
 
-void check_axes(const MatrixOptions& options) {
+}  // namespace
+
+void check_matrix_axes(const MatrixOptions& options) {
   std::set<std::string> seen;
   for (const auto* axis : {&options.rows, &options.cols, &options.split}) {
     for (const std::string& k : *axis) {
@@ -223,6 +227,16 @@ void check_axes(const MatrixOptions& options) {
                          "\" is not a dotted scenario key; valid: e.g. parallel.tp, "
                          "sequence_parallel.enabled, collectives.reduce_scatter");
       }
+      if (!is_scenario_dotted_key(k)) {
+        // A typo would otherwise pivot every report into one "(absent)" row, silently.
+        std::string what = "--rows/--cols/--split: unknown scenario key \"" + k + "\"";
+        const std::vector<std::string> keys = scenario_dotted_keys();
+        if (auto near = nearest_key(k, keys)) what += " (did you mean \"" + *near + "\"?)";
+        std::string valid;
+        for (const std::string& key : keys) valid += (valid.empty() ? "" : ", ") + key;
+        throw InputError(what + "; valid: " + valid +
+                         ", nccl_env.NCCL_<name>, engine.options.<name>, engine.env.<name>");
+      }
       if (!seen.insert(k).second) {
         throw InputError("--rows/--cols/--split: \"" + k +
                          "\" is on two axes; each scenario key may pick one axis only");
@@ -230,8 +244,6 @@ void check_axes(const MatrixOptions& options) {
     }
   }
 }
-
-}  // namespace
 
 std::string short_axis_name(const std::string& dotted_key) {
   static const std::map<std::string, std::string> names{
@@ -261,7 +273,7 @@ std::string axis_value_text(const json& value) {
 }
 
 MatrixView build_matrix_view(const ReportSet& set, const MatrixOptions& options) {
-  check_axes(options);
+  check_matrix_axes(options);
   MatrixView view;
   view.title = options.title;
   view.options = options;

@@ -113,6 +113,10 @@ std::string short_axis_name(const std::string& dotted_key);
 // A scenario value as a label shows it: booleans on/off, strings bare, anything else as JSON.
 std::string axis_value_text(const nlohmann::json& value);
 
+// Throws InputError when an axis key is not a scenario key (listing the valid ones), or appears
+// on two axes. build_matrix_view checks the same; a caller may check before reading reports.
+void check_matrix_axes(const MatrixOptions& options);
+
 // Pivots the reports. Throws InputError when an axis key is empty or appears on two axes.
 MatrixView build_matrix_view(const ReportSet& set, const MatrixOptions& options);
 

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "base/errors.hpp"
+#include "base/json_file.hpp"
 
 namespace bih {
 namespace {
@@ -135,16 +136,7 @@ std::string report_file_name(const std::string& id) {
 }
 
 nlohmann::json read_report(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path, "", "cannot open the report file");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buffer.str(), nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
-    throw InputError(path, "", std::string("not valid JSON: ") + e.what());
-  }
+  const json j = read_json_file(path);
   if (!j.is_object()) throw InputError(path, "", "a report must be a JSON object");
   if (!j.contains("schema") || j["schema"] != kReportSchema) {
     throw InputError(path, "/schema",

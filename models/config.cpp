@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "base/errors.hpp"
+#include "base/json_file.hpp"
 
 namespace bih {
 namespace {
@@ -257,14 +258,8 @@ std::optional<ModelConfig> preset_config(const std::string& name) {
 std::vector<std::string> preset_names() { return {"tiny", "qwen3-0.6b", "qwen3-1.7b"}; }
 
 ModelConfig load_config_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(path, "", "cannot open the model config (config.json)");
-  Json j;
-  try {
-    j = Json::parse(in, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/true);
-  } catch (const Json::parse_error& e) {
-    throw InputError(path, "", std::string("not valid JSON: ") + e.what());
-  }
+  const Json j =
+      parse_json_text<Json>(read_text_file(path, "the model config (config.json)"), path);
   if (!j.is_object()) throw InputError(path, "", "expected a JSON object");
 
   check_architecture(j, path);

@@ -1,9 +1,12 @@
 #include "models/engine.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "models/bf16.hpp"
 #include "models/cpu_forward.hpp"
 
 namespace bih {
@@ -14,11 +17,25 @@ int round_up(int x, int m) { return (x + m - 1) / m * m; }
 }  // namespace
 
 int max_blocks_per_sequence(const EngineOptions& o) {
-  return (o.max_model_len + o.block_size - 1) / o.block_size;
+  return static_cast<int>((int64_t{o.max_model_len} + o.block_size - 1) / o.block_size);
 }
 
 int kv_pool_blocks(const EngineOptions& o) {
-  return o.max_num_seqs * max_blocks_per_sequence(o) * (o.prefix_caching ? 2 : 1) + 1;
+  const int64_t blocks =
+      int64_t{o.max_num_seqs} * max_blocks_per_sequence(o) * (o.prefix_caching ? 2 : 1) + 1;
+  // Slots (block * block_size + offset) are ints too, so the bound is on the slot count.
+  if (blocks * o.block_size > std::numeric_limits<int>::max()) {
+    throw std::length_error("the KV pool of " + std::to_string(blocks) + " blocks of " +
+                            std::to_string(o.block_size) +
+                            " tokens exceeds 2^31 slots; lower plan.max_num_seqs or max_model_len");
+  }
+  return static_cast<int>(blocks);
+}
+
+uint64_t kv_cache_bytes_per_rank(const EngineOptions& o, int num_layers, int kv_heads_local,
+                                 int head_dim) {
+  const uint64_t slots = static_cast<uint64_t>(kv_pool_blocks(o)) * o.block_size;
+  return slots * kv_heads_local * head_dim * 2 /*K and V*/ * num_layers * sizeof(bf16);
 }
 
 int graph_padded_rows(GraphMode mode, const std::vector<int>& capture_sizes, int rows) {

@@ -34,8 +34,14 @@ struct EngineOptions {
 };
 
 // Blocks in the paged KV pool: every running sequence at max_model_len, twice over with prefix
-// caching (finished sequences' blocks stay cached for later requests), plus one.
+// caching (finished sequences' blocks stay cached for later requests), plus one. Computed in 64
+// bits: a count that does not fit an int (block ids and slots are ints) throws length_error;
+// spec/size_bounds.cpp refuses such plans long before, this keeps the engine safe on its own.
 int kv_pool_blocks(const EngineOptions& options);
+// Bytes of K and V cache one TP rank reserves up front for a model with `kv_heads_local` KV heads
+// of `head_dim` on that rank and `num_layers` layers (bf16 entries), from kv_pool_blocks.
+uint64_t kv_cache_bytes_per_rank(const EngineOptions& options, int num_layers, int kv_heads_local,
+                                 int head_dim);
 // Entries of a block table: blocks of one sequence at max_model_len.
 int max_blocks_per_sequence(const EngineOptions& options);
 

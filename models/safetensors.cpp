@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "base/errors.hpp"
+#include "base/json_text.hpp"
 
 namespace bih {
 namespace {
@@ -112,12 +113,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   data_start_ = 8 + header_len;
   const uint64_t data_size = file_size - data_start_;
 
-  Json j;
-  try {
-    j = Json::parse(header);
-  } catch (const Json::parse_error& e) {
-    throw InputError(path, "", std::string("header is not valid JSON: ") + e.what());
-  }
+  // The header is strict JSON (no comments); a tensor named twice is refused, not last-wins.
+  const Json j = parse_json_text<Json>(header, path + " (JSON header)", {.comments = false});
   if (!j.is_object()) throw InputError(path, "", "header must be a JSON object");
 
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -203,9 +200,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   }
 }
 
-void SafetensorsFile::read_bf16(const std::string& name,
-                                const std::vector<uint64_t>& expected_shape,
-                                std::vector<bf16>& out) const {
+const SafetensorsEntry& SafetensorsFile::check_tensor(
+    const std::string& name, const std::vector<uint64_t>& expected_shape) const {
   auto it = entries_.find(name);
   if (it == entries_.end()) {
     throw InputError(path_, tensor_pointer(name), "tensor '" + name + "' is missing");
@@ -221,6 +217,13 @@ void SafetensorsFile::read_bf16(const std::string& name,
         path_, tensor_pointer(name) + "/dtype",
         "tensor '" + name + "' has dtype " + e.dtype + "; readable dtypes are BF16, F16, F32");
   }
+  return e;
+}
+
+void SafetensorsFile::read_bf16(const std::string& name,
+                                const std::vector<uint64_t>& expected_shape,
+                                std::vector<bf16>& out) const {
+  const SafetensorsEntry& e = check_tensor(name, expected_shape);
   const uint64_t count = e.element_count();
   std::ifstream in(path_, std::ios::binary);
   if (!in) throw InputError(path_, "", "cannot reopen the safetensors file");

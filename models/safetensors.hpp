@@ -42,6 +42,10 @@ class SafetensorsFile {
   // or the file is shorter than its header claims.
   void read_bf16(const std::string& name, const std::vector<uint64_t>& expected_shape,
                  std::vector<bf16>& out) const;
+  // read_bf16's checks without the read: the tensor is present, has `expected_shape` and a
+  // readable dtype (its bytes are within the file: the constructor checked every offset).
+  const SafetensorsEntry& check_tensor(const std::string& name,
+                                       const std::vector<uint64_t>& expected_shape) const;
 
  private:
   std::string path_;

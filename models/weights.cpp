@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "base/errors.hpp"
+#include "base/json_file.hpp"
 #include "models/safetensors.hpp"
 
 namespace bih {
@@ -235,7 +236,12 @@ ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed, NormIni
   return w;
 }
 
-ModelWeights load_checkpoint(const std::string& folder) {
+namespace {
+
+// Opens the checkpoint's config and safetensors headers and checks every tensor the config
+// needs; reads the tensors' bytes only when `read` is set. One walk for loading and validating,
+// so that a checkpoint validate_checkpoint passes is one load_checkpoint reads.
+ModelWeights open_checkpoint(const std::string& folder, bool read) {
   const fs::path dir(folder);
   ModelWeights w;
   w.config = load_config_json((dir / "config.json").string());
@@ -247,13 +253,7 @@ ModelWeights load_checkpoint(const std::string& folder) {
   std::map<std::string, std::string> file_of;  // tensor name -> file path (sharded only)
   const bool sharded = fs::exists(index_path);
   if (sharded) {
-    std::ifstream in(index_path);
-    nlohmann::json index;
-    try {
-      index = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
-    } catch (const nlohmann::json::parse_error& e) {
-      throw InputError(index_path.string(), "", std::string("not valid JSON: ") + e.what());
-    }
+    const nlohmann::json index = read_json_file(index_path.string());
     auto map = index.is_object() ? index.find("weight_map") : index.end();
     if (map == index.end() || !map->is_object()) {
       throw InputError(index_path.string(), "/weight_map",
@@ -287,10 +287,20 @@ ModelWeights load_checkpoint(const std::string& folder) {
       }
       path = it->second;
     }
-    file_for(path).read_bf16(t.name, t.shape, *t.data);
+    if (read) {
+      file_for(path).read_bf16(t.name, t.shape, *t.data);
+    } else {
+      file_for(path).check_tensor(t.name, t.shape);
+    }
   }
   return w;
 }
+
+}  // namespace
+
+ModelWeights load_checkpoint(const std::string& folder) { return open_checkpoint(folder, true); }
+
+void validate_checkpoint(const std::string& folder) { open_checkpoint(folder, false); }
 
 void save_checkpoint(const ModelWeights& weights, const std::string& folder,
                      uint64_t max_shard_bytes) {

@@ -106,6 +106,10 @@ float synthetic_norm(uint64_t seed, const std::string& tensor_name, uint64_t i);
 // model.safetensors.index.json). bf16, f16 and f32 tensors are accepted and stored as bf16.
 // Throws InputError naming the file and tensor on anything missing or mis-shaped.
 ModelWeights load_checkpoint(const std::string& folder);
+// Everything load_checkpoint checks (config.json, every safetensors header against its file's
+// size, each tensor's presence, dtype and shape against the config) without reading the
+// weights: a scenario's checkpoint is refused at load time, before any worker starts.
+void validate_checkpoint(const std::string& folder);
 
 // Writes config.json (as transformers 5 writes it), generation_config.json and model.safetensors
 // (bf16) to `folder`; with max_shard_bytes > 0, shards model-0000i-of-0000n.safetensors plus

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "base/errors.hpp"
+#include "base/json_file.hpp"
 
 namespace bih {
 namespace {
@@ -72,14 +73,7 @@ std::vector<std::vector<int32_t>> make_prompts(const PromptSpec& spec, int vocab
     if (path.is_relative() && !scenario_file.empty()) {
       path = std::filesystem::path(scenario_file).parent_path() / path;
     }
-    std::ifstream in(path);
-    if (!in) throw InputError(path.string(), "", "cannot open the prompts file");
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in, nullptr, true, true);
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError(path.string(), "", std::string("not valid JSON: ") + e.what());
-    }
+    const nlohmann::json j = read_json_file(path.string());
     if (!j.is_array() || j.empty()) {
       throw InputError(path.string(), "", "expected a non-empty array of token-id arrays");
     }

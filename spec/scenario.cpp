@@ -10,6 +10,7 @@
 #include "base/edit_distance.hpp"
 #include "models/config.hpp"
 #include "spec/scenario_file.hpp"
+#include "spec/size_bounds.hpp"
 
 namespace bih {
 namespace {
@@ -288,13 +289,18 @@ void parse_plan(const json& j, const Cursor& at, Scenario& s) {
   }
   read_int(j, at, "max_tokens", plan.max_tokens, 1);
   read_bool(j, at, "fresh_process", plan.fresh_process);
-  read_int(j, at, "repeats", plan.repeats, 1);
-  read_int(j, at, "max_model_len", plan.max_model_len, 1);
-  read_int(j, at, "max_num_seqs", plan.max_num_seqs, 1);
+  read_int(j, at, "repeats", plan.repeats, 1, kMaxRepeats);
+  read_int(j, at, "max_model_len", plan.max_model_len, 1, kMaxModelLen);
+  read_int(j, at, "max_num_seqs", plan.max_num_seqs, 1, kMaxNumSeqs);
   if (const json* v = find(j, "batch_sizes")) {
     const std::string valid = "a non-empty array of integers in 1..max_num_seqs (" +
                               std::to_string(plan.max_num_seqs) + "), the first the reference";
     plan.batch_sizes = read_int_list(*v, at.at("batch_sizes"), 1, kIntMax, valid);
+    if (plan.batch_sizes.size() > kMaxBatchSizes) {
+      at.at("batch_sizes")
+          .fail(std::to_string(plan.batch_sizes.size()) + " batch sizes",
+                "at most " + std::to_string(kMaxBatchSizes) + " batch sizes");
+    }
   }
 }
 
@@ -349,7 +355,11 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
     if (e.cwd.empty()) at.at("cwd").fail("the folder is empty", "a folder");
     e.cwd = resolve_path(at.file, e.cwd);
   } else {
-    e.cwd = fs::absolute(fs::path(at.file).parent_path()).lexically_normal().string();
+    // A file named without a folder ("s.json") is in the working directory; fs::absolute("")
+    // throws, so that case is spelled out.
+    const fs::path folder = fs::path(at.file).parent_path();
+    e.cwd =
+        (folder.empty() ? fs::current_path() : fs::absolute(folder).lexically_normal()).string();
   }
   if (const json* env = find(j, "env")) {
     const Cursor env_at = at.at("env");
@@ -378,10 +388,10 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
     e.model_format = format;
   }
   if (const json* v = find(j, "reply_timeout_s")) {
-    if (!v->is_number() || v->get<double>() < 0) {
+    if (!v->is_number() || !(v->get<double>() >= 0) || v->get<double>() > kMaxTimeoutS) {
       at.at("reply_timeout_s")
-          .fail("expected a number of seconds >= 0, got " + shown(*v),
-                "0 (90% of timeout_s) or more");
+          .fail("expected a number of seconds >= 0 up to a week, got " + shown(*v),
+                "0 (90% of timeout_s) or more, at most " + shown(json(kMaxTimeoutS)));
     }
     e.reply_timeout_s = v->get<double>();
   }
@@ -580,6 +590,7 @@ void check_combinations(const Scenario& s, const Cursor& at) {
                   "max_position_embeddings " + std::to_string(config.max_position_embeddings),
               "an integer in 1.." + std::to_string(config.max_position_embeddings));
   }
+  check_size_bounds(s, config, at.file, at.pointer);
 }
 
 }  // namespace
@@ -678,9 +689,10 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
   }
   if (const json* v = find(j, "plan")) parse_plan(*v, at.at("plan"), s);
   if (const json* v = find(j, "timeout_s")) {
-    if (!v->is_number() || !(v->get<double>() > 0)) {
+    if (!v->is_number() || !(v->get<double>() > 0) || !(v->get<double>() <= kMaxTimeoutS)) {
       at.at("timeout_s")
-          .fail("expected a positive number of seconds, got " + shown(*v), "a number > 0");
+          .fail("expected a positive number of seconds up to a week, got " + shown(*v),
+                "a number > 0, at most " + shown(json(kMaxTimeoutS)) + " (a week)");
     }
     s.timeout_s = v->get<double>();
   }

@@ -80,8 +80,13 @@ Override parse_set(const std::string& text, const std::string& path) {
   Override o;
   o.dotted_key = text.substr(0, eq);
   const std::string value_text = text.substr(eq + 1);
-  o.value = ordered_json::parse(value_text, nullptr, /*allow_exceptions=*/false);
-  if (o.value.is_discarded()) o.value = value_text;  // not JSON: a bare string like vendor
+  // Not JSON: a bare string like vendor. JSON that breaks parse_json_text's rules (too deep, a
+  // key twice) is refused rather than taken as a string the user did not mean.
+  if (ordered_json::accept(value_text)) {
+    o.value = parse_json_text<ordered_json>(value_text, label, {.comments = false});
+  } else {
+    o.value = value_text;
+  }
   o.file_label = label;
   o.pointer = pointer_of_dotted(o.dotted_key);
   check_dotted_key(o.dotted_key, label, o.pointer);

@@ -19,6 +19,11 @@ constexpr const char* kSmallBase = R"({
   "model": {"preset": "tiny"}, "parallel": {"tp": 2},
   "plan": {"prompts": {"count": 4, "min_len": 8, "max_len": 12}, "max_tokens": 4,
            "batch_sizes": [1, 4], "repeats": 2})";
+// The same without "parallel", for tests that set it: a key twice in one object is refused.
+constexpr const char* kSmallBaseAnyTp = R"({
+  "model": {"preset": "tiny"},
+  "plan": {"prompts": {"count": 4, "min_len": 8, "max_len": 12}, "max_tokens": 4,
+           "batch_sizes": [1, 4], "repeats": 2})";
 
 nlohmann::json report_by_fault(const std::filesystem::path& dir, const std::string& fault) {
   for (const auto& f : testing::report_files(dir)) {
@@ -82,7 +87,7 @@ TEST(Driver, FreshProcessRunIsCompared) {
 
 TEST(Driver, UnsupportedIsNeverEmulatedSilently) {
   const auto dir = testing::fresh_dir("driver-unsupported");
-  write_text(dir / "s.json", std::string(kSmallBase) +
+  write_text(dir / "s.json", std::string(kSmallBaseAnyTp) +
                                  R"(, "backend": "cuda", "parallel": {"tp": 2, "ranks": "nccl"},
                                     "expect": "unsupported"})");
   const auto r =
@@ -172,7 +177,7 @@ TEST(Driver, ImpossibleTpExitsTwo) {
 TEST(Driver, DiffOfTwoDumpsReportsCounts) {
   const auto dir = testing::fresh_dir("driver-diff");
   write_text(dir / "s.json",
-             std::string(kSmallBase) + R"(, "parallel": {"tp": 1}, "kernels": "vendor"})");
+             std::string(kSmallBaseAnyTp) + R"(, "parallel": {"tp": 1}, "kernels": "vendor"})");
   const auto r = testing::run_bih(
       {"run", (dir / "s.json").string(), "--keep-work", "--out", (dir / "out").string()});
   std::vector<std::filesystem::path> dumps;

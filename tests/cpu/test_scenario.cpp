@@ -352,7 +352,7 @@ TEST(ScenarioErrors, ValuesOutOfRange) {
                   {"at /plan/batch_sizes:", "empty"});
   expect_rejected(json::parse(R"({"plan": {"batch_sizes": [1, 128]}})"),
                   {"at /plan/batch_sizes/1:", "max_num_seqs", "1..64"});
-  expect_rejected(json::parse(R"({"plan": {"repeats": 0}})"), {"at /plan/repeats:", ">= 1"});
+  expect_rejected(json::parse(R"({"plan": {"repeats": 0}})"), {"at /plan/repeats:", "1..100"});
   expect_rejected(json::parse(R"({"timeout_s": 0})"), {"at /timeout_s:", "> 0"});
   expect_rejected(json::parse(R"({"timeout_s": "10m"})"), {"at /timeout_s:", "> 0"});
   expect_rejected(json::parse(R"({"plan": {"max_model_len": 64}})"),
