@@ -1,0 +1,23 @@
+// fuzz_expectations.cpp: libFuzzer target for expectations files (harness/expectations.hpp).
+//
+// parse_expectations takes the text itself, so no file is needed. Every entry that parses is
+// matched against its own id, which must find an entry (an exact id always matches itself, a
+// glob at least some entry); the entry's line is then shown as the gate would show it.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "fuzz/fuzz_input.hpp"
+#include "harness/expectations.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  bih::fuzz::rejects([&] {
+    const bih::ExpectationsFile file = bih::parse_expectations(text, "fuzz.json");
+    for (const bih::Expectation& e : file.entries) {
+      if (bih::match_expectation(file, e.id) == nullptr) std::abort();
+      (void)bih::entry_json(e.id, e.verdict, e.why);
+    }
+  });
+  return 0;
+}
