@@ -22,8 +22,9 @@ Json parse_json_file(const std::string& path) {
   try {
     return Json::parse(text.str(), /*cb=*/nullptr, /*allow_exceptions=*/true,
                        /*ignore_comments=*/true);
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() reads "[json.exception.parse_error.101] parse error at line L, column C: ...".
+  } catch (const nlohmann::json::exception& e) {
+    // e.what() reads "[json.exception.parse_error.101] parse error at line L, column C: ...";
+    // a number too large for a double (1e400) is out_of_range.406, not a parse_error.
     throw InputError(path + ": " + e.what() + "; valid: JSON, comments allowed");
   }
 }

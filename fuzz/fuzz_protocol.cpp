@@ -15,7 +15,9 @@ namespace {
 // Feeds every value-looking member anywhere in `j` to parse_value (bounded by the JSON's size).
 void visit_values(const nlohmann::json& j) {
   if (j.is_object()) {
-    for (const auto& [key, v] : j.items()) {
+    for (const auto& item : j.items()) {  // no structured binding: clang 14 cannot capture one
+      const std::string& key = item.key();
+      const nlohmann::json& v = item.value();
       if (key == "value") bih::fuzz::rejects([&] { (void)bih::protocol::parse_value(v); });
       if (key == "values" && v.is_array()) {
         for (const auto& x : v) bih::fuzz::rejects([&] { (void)bih::protocol::parse_value(x); });

@@ -139,7 +139,7 @@ nlohmann::json read_report(const std::string& path) {
   json j;
   try {
     j = json::parse(buffer.str(), nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range.406 for 1e400
     throw InputError(path, "", std::string("not valid JSON: ") + e.what());
   }
   if (!j.is_object()) throw InputError(path, "", "a report must be a JSON object");

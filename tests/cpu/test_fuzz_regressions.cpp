@@ -11,8 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "base/json_file.hpp"
+#include "harness/expectations.hpp"
+#include "harness/generation.hpp"
+#include "harness/report.hpp"
+#include "harness/report_set.hpp"
 #include "models/safetensors.hpp"
 #include "run_bih.hpp"
+#include "spec/scenario_file.hpp"
 #include "test_util.hpp"
 
 namespace bih {
@@ -45,6 +51,62 @@ TEST(FuzzRegressions, SafetensorsByteCountThatWrapsIsRefused) {
     f.read_bf16("w", {uint64_t{1} << 62}, out);
   });
   EXPECT_NE(msg.find("overflows"), std::string::npos) << msg;
+}
+
+// nlohmann throws out_of_range.406, not parse_error, for a number a double cannot hold; every
+// reader caught only parse_error, so 1e400 anywhere in a file ended bih with "internal error".
+constexpr const char* kHugeNumber = "1e400";
+
+TEST(FuzzRegressions, SafetensorsHeaderWithAHugeNumberIsRefused) {
+  const std::string path = write_case(
+      "huge.safetensors", safetensors_bytes(std::string(R"({"w":{"dtype":"BF16","shape":[)") +
+                                                kHugeNumber + R"(],"data_offsets":[0,2]}})",
+                                            std::string(2, '\0')));
+  const std::string msg = testing::input_error_of([&] { SafetensorsFile f(path); });
+  EXPECT_NE(msg.find("number overflow"), std::string::npos) << msg;
+}
+
+TEST(FuzzRegressions, GenerationDumpWithAHugeNumberIsRefused) {
+  const std::string path =
+      write_case("huge-gen.json", std::string(R"({"label": "bs=1", "wall_s": )") + kHugeNumber +
+                                      R"(, "sequences": []})");
+  const std::string msg =
+      testing::input_error_of([&] { generation_from_json(read_json_file(path), path); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+}
+
+TEST(FuzzRegressions, ScenarioFileWithAHugeNumberIsRefused) {
+  const std::string path =
+      write_case("huge-scenario.json", std::string(R"({"timeout_s": )") + kHugeNumber + "}");
+  const std::string msg = testing::input_error_of([&] { load_scenarios(path); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+}
+
+TEST(FuzzRegressions, ReportWithAHugeNumberIsRefused) {
+  const std::string path =
+      write_case("huge-report.json",
+                 std::string(R"({"schema": "bih.report/1", "wall_s": )") + kHugeNumber + "}");
+  const std::string msg = testing::input_error_of([&] { read_report(path); });
+  EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+}
+
+TEST(FuzzRegressions, ExpectationsWithAHugeNumberAreRefused) {
+  const std::string text =
+      std::string(R"({"schema": "bih.expectations/1", "expectations": [)") + kHugeNumber + "]}";
+  const std::string msg = testing::input_error_of([&] { parse_expectations(text, "e.json"); });
+  EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+}
+
+// read_report does not require "environment", but load_report_set read it with .at(): a report
+// that read_report accepted ended `bih gate` and `bih matrix` with out_of_range.403.
+TEST(FuzzRegressions, ReportWithoutEnvironmentGathersIntoASet) {
+  const std::string path = write_case(
+      "no-env.json",
+      R"({"schema": "bih.report/1", "id": "tp=1", "verdict": "invariant", "scenario": {},)"
+      R"( "comparisons": []})");
+  const ReportSet set = load_report_set({path});
+  ASSERT_EQ(set.reports.size(), 1u);
+  EXPECT_TRUE(set.environment_differences.empty());
 }
 
 }  // namespace
