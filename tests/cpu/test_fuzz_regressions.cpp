@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/json_file.hpp"
+#include "engines/engine_protocol.hpp"
 #include "harness/expectations.hpp"
 #include "harness/generation.hpp"
 #include "harness/report.hpp"
@@ -107,6 +108,20 @@ TEST(FuzzRegressions, ReportWithoutEnvironmentGathersIntoASet) {
   const ReportSet set = load_report_set({path});
   ASSERT_EQ(set.reports.size(), 1u);
   EXPECT_TRUE(set.environment_differences.empty());
+}
+
+// A hello whose capabilities.step_stats was not a boolean escaped as nlohmann's type_error.302
+// (value() converts), so a lying adapter was an internal error instead of an InfraError.
+TEST(FuzzRegressions, HelloWithANonBooleanStepStatsIsAProtocolError) {
+  const nlohmann::json hello = protocol::parse_line(
+      R"({"type":"hello","protocol":"bih.engine/1","engine":{"name":"x","version":"1"},)"
+      R"("capabilities":{"step_stats":"yes"}})");
+  try {
+    (void)protocol::parse_hello(hello);
+    ADD_FAILURE() << "expected ProtocolError";
+  } catch (const protocol::ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("step_stats"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
