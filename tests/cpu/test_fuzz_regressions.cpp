@@ -14,6 +14,7 @@
 #include "base/json_file.hpp"
 #include "engines/engine_protocol.hpp"
 #include "harness/expectations.hpp"
+#include "harness/gate.hpp"
 #include "harness/generation.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
@@ -122,6 +123,18 @@ TEST(FuzzRegressions, HelloWithANonBooleanStepStatsIsAProtocolError) {
   } catch (const protocol::ProtocolError& e) {
     EXPECT_NE(std::string(e.what()).find("step_stats"), std::string::npos) << e.what();
   }
+}
+
+// verdict_evidence read comparison fields with value(), which throws nlohmann's type_error for a
+// field of another type: a report that read_report accepted ended `bih gate` as an internal error.
+TEST(FuzzRegressions, GateEvidenceSkipsComparisonFieldsOfTheWrongType) {
+  const nlohmann::json report = {{"verdict", "batch_variant"},
+                                 {"comparisons",
+                                  {1,
+                                   {{"kind", 7}, {"identical", "no"}},
+                                   {{"kind", "batch"}, {"a", "bs=1"}, {"identical", false}}}}};
+  const std::string evidence = verdict_evidence(report);
+  EXPECT_NE(evidence.find("batch bs=1 vs ?"), std::string::npos) << evidence;
 }
 
 }  // namespace
