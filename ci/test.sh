@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's second command: set up (Debian packages, the llama.cpp adapter's npm package),
-# build, and run every test that needs no GPU (label cpu).
+# build, and run every test that needs no GPU (label cpu); then the same tests built with ASan and
+# UBSan (ci/asan.sh), and each libFuzzer target for a bounded time (ci/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
@@ -13,3 +14,10 @@ fi
 bash adapters/llama-cpp/setup.sh
 bash ci/build.sh
 ctest --test-dir "${BIH_BUILD_DIR:-build}" -L cpu --output-on-failure -j "$(nproc)"
+# Sanitizers and fuzzers after the plain suite, so that a plain failure is reported first.
+SECONDS=0
+bash ci/asan.sh
+echo "ci/asan.sh: ${SECONDS} s"
+SECONDS=0
+bash ci/fuzz.sh
+echo "ci/fuzz.sh: ${SECONDS} s"

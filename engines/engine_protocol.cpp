@@ -118,7 +118,15 @@ Hello parse_hello(const json& message) {
   }
   if (message.contains("adapter") && message["adapter"].is_object()) h.adapter = message["adapter"];
   if (message.contains("capabilities") && message["capabilities"].is_object()) {
-    h.step_stats = message["capabilities"].value("step_stats", false);
+    // Checked, not value()'d: value() throws nlohmann's type_error for "step_stats": "yes".
+    const json& caps = message["capabilities"];
+    if (caps.contains("step_stats")) {
+      if (!caps["step_stats"].is_boolean()) {
+        throw ProtocolError(what + "'s \"capabilities\".\"step_stats\" is " +
+                            quote_text(caps["step_stats"].dump()) + "; valid: true or false");
+      }
+      h.step_stats = caps["step_stats"].get<bool>();
+    }
   }
   return h;
 }

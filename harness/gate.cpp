@@ -75,16 +75,23 @@ std::string verdict_evidence(const nlohmann::json& report) {
   const bool want_repeat = report.value("verdict", "") == "nondeterministic";
   const nlohmann::json* shown = nullptr;
   int shown_rank = -1;  // 2: differs and is the wanted kind, 1: differs, 0: identical
+  // read_report checks only that "comparisons" is an array: a field of the wrong type reads as
+  // absent here rather than ending the gate in nlohmann's type_error (found by fuzz_report).
+  const auto text = [](const nlohmann::json& c, const char* key, const char* absent) {
+    return c.is_object() && c.contains(key) && c[key].is_string() ? c[key].get<std::string>()
+                                                                  : std::string(absent);
+  };
   for (const auto& c : report.at("comparisons")) {
-    const bool differs = !c.value("identical", true);
-    const bool wanted_kind = !want_repeat || c.value("kind", "") != "batch";
+    const bool differs = c.is_object() && c.contains("identical") && c["identical"].is_boolean() &&
+                         !c["identical"].get<bool>();
+    const bool wanted_kind = !want_repeat || text(c, "kind", "") != "batch";
     const int rank = differs ? (wanted_kind ? 2 : 1) : 0;
     if (rank > shown_rank) shown = &c, shown_rank = rank;
   }
   std::string evidence;
   if (shown) {
-    evidence = fmt::format("{} {} vs {}: {}", shown->value("kind", "?"), shown->value("a", "?"),
-                           shown->value("b", "?"), shown->value("summary", "?"));
+    evidence = fmt::format("{} {} vs {}: {}", text(*shown, "kind", "?"), text(*shown, "a", "?"),
+                           text(*shown, "b", "?"), text(*shown, "summary", "?"));
   }
   if (report.contains("reason") && report["reason"].is_string()) {
     const std::string reason = report["reason"].get<std::string>();

@@ -112,7 +112,9 @@ ReportSet load_report_set(const std::vector<std::string>& folders_or_files) {
   // Every environment line that is not the same in all reports.
   std::map<std::string, std::set<std::string>> values;  // key -> values seen
   for (const auto& report : set.reports) {
-    for (const std::string& line : comparable_environment(report.at("environment"))) {
+    // read_report does not require "environment": a report without one compares as all-null.
+    const nlohmann::json env = report.value("environment", nlohmann::json());
+    for (const std::string& line : comparable_environment(env)) {
       const auto colon = line.find(": ");
       values[line.substr(0, colon)].insert(line.substr(colon + 2));
     }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -164,7 +165,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       throw InputError(path, where + "/data_offsets", what + "begin > end");
     }
     uint64_t count = 0;
-    if (!checked_product(e.shape, count)) {
+    // The byte count must not wrap either: [2^62] F32 "needs" 2^64 = 0 bytes, and would pass the
+    // size check with data_offsets [0, 0] only to make read_bf16 allocate 2^62 elements.
+    if (!checked_product(e.shape, count) ||
+        count > std::numeric_limits<uint64_t>::max() / dtype_bytes(e.dtype)) {
       throw InputError(path, where + "/shape", what + "element count overflows");
     }
     const uint64_t expected_bytes = count * static_cast<uint64_t>(dtype_bytes(e.dtype));

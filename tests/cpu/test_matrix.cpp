@@ -191,7 +191,10 @@ TEST(MatrixView, NondeterministicCountsComeFromTheRunToRunComparison) {
   const Located arrival = locate(view, id);
   ASSERT_NE(arrival.entry, nullptr);
   EXPECT_EQ(arrival.entry->verdict, "nondeterministic");
-  for (const json& c : fixture_report(id).at("comparisons")) {
+  // Named, not iterated in place: a range-for over `fixture_report(id).at(...)` would walk a
+  // member of a temporary that dies before the loop body runs (ASan: heap-use-after-free).
+  const json report = fixture_report(id);
+  for (const json& c : report.at("comparisons")) {
     if (c.at("kind") != "repeat") continue;
     EXPECT_EQ(arrival.entry->counts, c.at("logprobs_differ").dump() + "/" +
                                          c.at("logprobs_compared").dump() +
