@@ -42,8 +42,8 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
                    size_t max_divergences) {
   const auto& kinds = comparison_kinds();
   if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-    throw std::invalid_argument("compare: kind must be batch, repeat, fresh or cache, not \"" + kind +
-                                "\"");
+    throw std::invalid_argument("compare: kind must be batch, repeat, fresh or cache, not \"" +
+                                kind + "\"");
   }
   if (a.sequences.size() != b.sequences.size()) {
     throw InputError(pair_name(a, b), "/sequences",
