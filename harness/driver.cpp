@@ -413,8 +413,7 @@ int run_command(const RunOptions& options) {
       }
     }
     rows.push_back(row);
-    const Verdict wanted = o.expect.value_or(Verdict::invariant);
-    if (o.verdict != wanted && !unchecked_here(o.verdict, o.expect)) {
+    if (misses_expectation(o.verdict, o.expect)) {
       exit_code = std::max(exit_code, o.verdict == Verdict::error ? 3 : 1);
     }
   }

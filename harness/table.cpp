@@ -52,6 +52,10 @@ bool unchecked_here(Verdict verdict, const std::optional<Verdict>& expect) {
   return verdict == Verdict::unsupported && expect && *expect != Verdict::unsupported;
 }
 
+bool misses_expectation(Verdict verdict, const std::optional<Verdict>& expect) {
+  return verdict != expect.value_or(Verdict::invariant) && !unchecked_here(verdict, expect);
+}
+
 bool should_use_color(int fd) {
   const char* no_color = std::getenv("NO_COLOR");
   if (no_color && *no_color) return false;
@@ -68,13 +72,15 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
   std::map<Verdict, int> totals;
   int unmet = 0;
   for (const TableRow& r : rows) {
-    // An unsupported verdict claims nothing on this machine: neither met nor unmet.
+    // An unsupported verdict claims nothing on this machine when something else was expected;
+    // without an expectation, anything but invariant misses (as the exit code says).
     const bool has_expect = r.expect.has_value() && !unchecked_here(r.verdict, r.expect);
     const bool met = has_expect && *r.expect == r.verdict;
-    unmet += has_expect && !met;
+    unmet += misses_expectation(r.verdict, r.expect);
     ++totals[r.verdict];
     cells.push_back(
-        {has_expect ? (met ? "✓" : "✗") : "", r.id, to_string(r.verdict),
+        {misses_expectation(r.verdict, r.expect) ? "✗" : (met ? "✓" : ""), r.id,
+         to_string(r.verdict),
          r.expect ? to_string(*r.expect) : "-", r.batch_summary.empty() ? "-" : r.batch_summary,
          r.repeat_summary.empty() ? "-" : r.repeat_summary, fmt::format("{:.1f}s", r.wall_s)});
   }

@@ -30,6 +30,11 @@ bool should_use_color(int fd);
 // claim is unchecked here, neither met nor a failure.
 bool unchecked_here(Verdict verdict, const std::optional<Verdict>& expect);
 
+// Whether a scenario missed what was expected of it: its `expect`, or invariant when none is
+// given (an unsupported verdict with another expectation claims nothing here). The run's exit
+// code and the table's "not as expected" count both follow this one rule.
+bool misses_expectation(Verdict verdict, const std::optional<Verdict>& expect);
+
 std::string render_table(const std::vector<TableRow>& rows, bool color = false);
 
 }  // namespace bih
