@@ -37,12 +37,9 @@ Scenario scenario_of(const json& init) {
               {"prompts", {{"min_len", 1}, {"max_len", 1}}},
               {"batch_sizes", max_batch > 1 ? json{1, max_batch} : json{1}}}}};
   for (const auto& [dotted, value] : init.at("knobs").items()) {
-    json::json_pointer pointer("/" + [&] {
-      std::string p = dotted;
-      std::replace(p.begin(), p.end(), '.', '/');
-      return p;
-    }());
-    s[pointer] = value;
+    std::string path = "/" + dotted;  // "parallel.tp" -> "/parallel/tp"
+    std::replace(path.begin(), path.end(), '.', '/');
+    s[json::json_pointer(path)] = value;
   }
   Scenario scenario = scenario_from_json(s, "bih adapter init");
   if (scenario.ranks == RankKind::nccl) {
