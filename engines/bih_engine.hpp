@@ -15,6 +15,7 @@
 #include "engines/engine.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"
+#include "spec/engine_options.hpp"
 #include "spec/scenario.hpp"
 
 namespace bih {
@@ -24,8 +25,6 @@ std::shared_ptr<const ModelWeights> build_model(const Scenario& s);
 
 // The preset's or the checkpoint's config.json, without building the weights. Throws InputError.
 ModelConfig model_config(const Scenario& s);
-
-EngineOptions engine_options(const Scenario& s);
 
 // Which TP rank this process is, for ranks: nccl (one process per GPU); rank -1: every rank of
 // the scenario runs in this process (emulated ranks).

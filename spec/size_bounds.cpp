@@ -7,21 +7,10 @@
 
 #include "base/machine_memory.hpp"
 #include "models/forward.hpp"
+#include "spec/engine_options.hpp"
 
 namespace bih {
 namespace {
-
-// The engine options that decide what the engine reserves, as engines/bih_engine.cpp sets them.
-EngineOptions sizing_options(const Scenario& s) {
-  EngineOptions o;
-  o.tp = s.tp;
-  o.prefix_caching = s.prefix_caching;
-  o.block_size = s.block_size;
-  o.chunked_prefill_max_tokens = s.chunked_prefill_max_tokens;
-  o.max_model_len = s.plan.max_model_len;
-  o.max_num_seqs = s.plan.max_num_seqs;
-  return o;
-}
 
 void check_capture_sizes(const Scenario& s, const std::string& file, const std::string& pointer) {
   // A step holds at most max_num_seqs sequences of max_model_len tokens; padding beyond that
@@ -46,7 +35,7 @@ void check_capture_sizes(const Scenario& s, const std::string& file, const std::
 void check_kv_cache(const Scenario& s, const ModelConfig& c, const std::string& file,
                     const std::string& pointer) {
   const std::string where = pointer + "/plan/max_model_len";
-  const EngineOptions o = sizing_options(s);
+  const EngineOptions o = engine_options(s);
   uint64_t per_rank = 0;
   try {
     per_rank = kv_cache_bytes_per_rank(o, c.num_layers, c.num_kv_heads / s.tp, c.head_dim);
