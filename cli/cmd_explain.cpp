@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "harness/explain.hpp"
 #include "harness/report.hpp"
+#include "harness/report_set.hpp"
 
 namespace bih::cli {
 
@@ -31,7 +32,7 @@ Command add_explain_command(CLI::App& app) {
       ->check(CLI::IsMember({"batch", "repeat", "fresh"}));
   cmd->add_flag("--no-write", args->no_write, "Print only; leave the report unchanged");
   return {cmd, [args] {
-            nlohmann::json report = read_report(args->report);
+            nlohmann::json report = read_checked_report(args->report);
             const Localization l = explain_report(
                 report, args->kind.empty() ? std::nullopt : std::optional<std::string>(args->kind));
             std::printf("%s\n%s\n", report.at("id").get<std::string>().c_str(), l.summary.c_str());

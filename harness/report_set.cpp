@@ -1,5 +1,7 @@
 #include "harness/report_set.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -7,6 +9,7 @@
 
 #include "base/atomic_file.hpp"
 #include "base/errors.hpp"
+#include "harness/diff.hpp"
 #include "harness/report.hpp"
 #include "spec/scenario_file.hpp"
 
@@ -42,7 +45,83 @@ std::string flatten(const nlohmann::json& v) {
   return v.is_string() ? v.get<std::string>() : v.dump();
 }
 
+int64_t count_at(const nlohmann::json& c, const char* key, const std::string& path,
+                 const std::string& pointer) {
+  if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() < 0) {
+    throw InputError(path, pointer + "/" + key,
+                     std::string("expected a count (an integer >= 0), found ") +
+                         (c.contains(key) ? c[key].dump() : "nothing") +
+                         "; the verdict is re-derived from the counts");
+  }
+  return c[key].get<int64_t>();
+}
+
 }  // namespace
+
+Verdict derive_verdict(const nlohmann::json& report, const std::string& path) {
+  const Verdict stored = *parse_verdict(report.at("verdict").get<std::string>());
+  const nlohmann::json& list = report.at("comparisons");
+  std::vector<Comparison> comparisons;
+  for (size_t k = 0; k < list.size(); ++k) {
+    const std::string pointer = "/comparisons/" + std::to_string(k);
+    const nlohmann::json& c = list[k];
+    if (!c.is_object()) throw InputError(path, pointer, "expected a comparison object");
+    Comparison cmp;
+    const auto& kinds = comparison_kinds();
+    if (!c.contains("kind") || !c["kind"].is_string() ||
+        std::find(kinds.begin(), kinds.end(), c["kind"].get<std::string>()) == kinds.end()) {
+      throw InputError(path, pointer + "/kind",
+                       "expected one of batch, repeat, fresh, cache, found " +
+                           (c.contains("kind") ? c["kind"].dump() : std::string("nothing")));
+    }
+    cmp.kind = c["kind"].get<std::string>();
+    cmp.tokens_differ = count_at(c, "tokens_differ", path, pointer);
+    cmp.logprobs_differ = count_at(c, "logprobs_differ", path, pointer);
+    if (c.contains("identical") &&
+        (!c["identical"].is_boolean() || c["identical"].get<bool>() != cmp.identical())) {
+      throw InputError(path, pointer + "/identical",
+                       fmt::format("says {} but the counts say {} tokens and {} logprobs differ",
+                                   c["identical"].dump(), cmp.tokens_differ, cmp.logprobs_differ));
+    }
+    comparisons.push_back(std::move(cmp));
+  }
+  const nlohmann::json health = report.value("health", nlohmann::json());
+  const bool unhealthy = health.is_object() && health.contains("healthy") &&
+                         health["healthy"].is_boolean() && !health["healthy"].get<bool>();
+  // error and unsupported are states of the run, not results of a diff: the report says which,
+  // and only what contradicts it (comparisons where nothing ran) can be checked.
+  if (stored == Verdict::error || unhealthy) return Verdict::error;
+  if (comparisons.empty()) {
+    if (stored == Verdict::unsupported) return Verdict::unsupported;
+    throw InputError(path, "/comparisons",
+                     "the report says "
+                     " + to_string(stored) +
+                     "" but compares nothing;
+                     a verdict on invariance needs at least one
+                     "
+                     "comparison (only error and unsupported have none)");
+  }
+  return decide_verdict(comparisons);
+}
+
+void check_report_verdict(const nlohmann::json& report, const std::string& path) {
+  const Verdict derived = derive_verdict(report, path);
+  const std::string stored = report.at("verdict").get<std::string>();
+  if (stored == to_string(derived)) return;
+  throw InputError(path, "/verdict",
+                   "the report says "" + stored + "" but its own comparisons give "" +
+                       to_string(derived) +
+                       "" (decide_verdict: a differing repeat/fresh comparison makes "
+                       "nondeterministic, else a differing batch/cache one batch_variant, else "
+                       "invariant; an unhealthy output is error); refusing a report that "
+                       "contradicts itself: run the scenario again");
+}
+
+nlohmann::json read_checked_report(const std::string& path) {
+  nlohmann::json report = read_report(path);
+  check_report_verdict(report, path);
+  return report;
+}
 
 std::vector<std::string> comparable_environment(const nlohmann::json& env) {
   std::vector<std::string> lines;
@@ -83,7 +162,7 @@ ReportSet load_report_set(const std::vector<std::string>& folders_or_files) {
   ReportSet set;
   std::map<std::string, std::pair<nlohmann::json, std::string>> by_id;
   for (const std::string& path : report_files) {
-    nlohmann::json report = read_report(path);
+    nlohmann::json report = read_checked_report(path);
     const std::string id = report.at("id");
     auto it = by_id.find(id);
     if (it != by_id.end()) {

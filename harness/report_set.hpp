@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "spec/verdict.hpp"
+
 namespace bih {
 
 inline constexpr const char* kManifestSchema = "bih.manifest/1";
@@ -33,8 +35,26 @@ struct ReportSet {
   std::vector<std::string> environment_differences;
 };
 
+// The verdict a report's own contents give, by the rule the driver used to write it
+// (decide_verdict over its comparisons): `unsupported` when nothing ran (a reason and no
+// comparison), `error` when it says error or its health section says the output was unhealthy,
+// else decide_verdict of the comparisons, each one's "identical" read from its counts.
+// Throws InputError naming `path` and the pointer for a report that cannot give one: a comparison
+// of an unknown kind, counts that are not non-negative integers, an "identical" that contradicts
+// its own counts, or a verdict of a run that compared nothing.
+Verdict derive_verdict(const nlohmann::json& report, const std::string& path);
+
+// Throws InputError naming `path`, the stored verdict and the derived one when they differ: a
+// report is never trusted by its verdict field (an edited or corrupted report would otherwise
+// pass the gate, resume as done, or be explained as what it is not).
+void check_report_verdict(const nlohmann::json& report, const std::string& path);
+
+// read_report() and check_report_verdict(): what every reader of reports calls.
+nlohmann::json read_checked_report(const std::string& path);
+
 // Reads every *.json report and manifest directly inside each folder (or the named files).
-// Throws InputError for an unreadable or malformed report, naming the file.
+// Throws InputError for an unreadable or malformed report, or one whose verdict contradicts its
+// comparisons (check_report_verdict), naming the file.
 ReportSet load_report_set(const std::vector<std::string>& folders_or_files);
 
 // The environment a report's verdict depends on, as "key: value" lines: bih commit, GPU fields,
