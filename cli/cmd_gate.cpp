@@ -17,6 +17,7 @@ Command add_gate_command(CLI::App& app) {
     std::vector<std::string> report_dirs;
     std::string junit;
     bool strict = false;
+    bool require_all = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -28,15 +29,21 @@ Command add_gate_command(CLI::App& app) {
   {"schema": "bih.expectations/1",
    "expectations": [{"id": "<exact scenario id, or a glob with * ?>",
                      "verdict": "invariant|batch_variant|nondeterministic|error|unsupported",
-                     "why": "free text, e.g. the upstream issue"}]}
+                     "why": "free text, e.g. the upstream issue",
+                     "require": true}],
+   "require_all": false}
 An exact id beats any glob; among globs the first in file order wins. A scenario that no entry
 matches is expected to be `invariant`: list only the accepted variances.
 
 Outcomes: pass; regression (expected invariant, got anything else; or got error) -> failure;
 changed (one variance became another) -> failure; unexpected_pass (an expected variance, error or
 unsupported went away) -> warning, failure with --strict; missing (a run manifest names the
-scenario but no report was gathered: pass every shard's folder) -> failure. Each problem line says
-which line of the expectations file to change, or the entry to add.
+scenario but no report was gathered: pass every shard's folder) -> failure; unchecked (it could
+not run here, `unsupported`, while a verdict was declared for it by an entry or its own `expect`)
+-> counted with its reason ("6 not checked on this machine: ranks nccl at tp=2 needs 2 GPUs") and a
+JUnit <skipped>, a failure naming what is missing when it must run (--require-all, an entry's
+"require": true, the file's "require_all": true). bih run judges its exit code by the same rule.
+Each problem line says which line of the expectations file to change, or the entry to add.
 Exit codes: 0 pass, 1 gate failure, 2 bad input (expectations file, reports).)");
   cmd->add_option("--expect", args->expect, "Expectations file")
       ->required()
@@ -47,6 +54,9 @@ Exit codes: 0 pass, 1 gate failure, 2 bad input (expectations file, reports).)")
   cmd->add_option("--junit", args->junit,
                   "Also write JUnit XML here: one test case per scenario, named by its id");
   cmd->add_flag("--strict", args->strict, "An unexpected pass fails the gate too");
+  cmd->add_flag("--require-all", args->require_all,
+                "Every scenario must run here: one that could not (unsupported) fails the gate, "
+                "naming what is missing, instead of being counted as not checked");
   return {cmd, [args] {
             const ExpectationsFile expectations = load_expectations(args->expect);
             const ReportSet reports = load_report_set(args->report_dirs);
@@ -58,7 +68,8 @@ Exit codes: 0 pass, 1 gate failure, 2 bad input (expectations file, reports).)")
                                "folder(s) of bih run");
             }
             const GateResult result =
-                decide_gate(expectations, reports, GateOptions{.strict = args->strict});
+                decide_gate(expectations, reports,
+                            GateOptions{.strict = args->strict, .require_all = args->require_all});
             std::fputs(render_gate_text(result).c_str(), stdout);
             if (!args->junit.empty()) {
               std::string suite;

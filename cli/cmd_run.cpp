@@ -22,8 +22,10 @@ path to mean another place.
 --out is locked for the run (OUT/.lock): a second run into the same folder is refused with the
 first one's pid.
 
-Exit codes: 0 every scenario met its expect (or is invariant when none is given), 1 a
-conformance failure, 2 a usage or input error (the message names the file, the JSON pointer and
+Exit codes: 0 every scenario met its expect (or is invariant when none is given), or could not run
+here while expecting something else (counted and named: "2 not checked on this machine: ..."), 1
+a conformance failure (also: unsupported without an expect, or any unsupported with
+--require-all), 2 a usage or input error (the message names the file, the JSON pointer and
 what would be valid; nothing is run), 3 an infrastructure failure (a worker crashed or timed out).)";
 
 }  // namespace
@@ -51,6 +53,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--resume", run->resume,
                 "Skip scenarios whose report in --out was made from the same resolved "
                 "scenario in the same environment (error verdicts are run again)");
+  cmd->add_flag("--require-all", run->require_all,
+                "A scenario that cannot run here (unsupported) fails the run (exit 1) instead of "
+                "being counted as not checked on this machine");
   cmd->add_flag("--keep-work", run->keep_work,
                 "Keep the generation dumps under OUT/work/ (for bih diff)");
   cmd->add_option("--max-divergences", run->max_divergences,

@@ -62,6 +62,9 @@ std::optional<ScenarioOutcome> finished_outcome(const Scenario& s, const std::st
   } catch (const InputError&) {
     return std::nullopt;  // unreadable: run it again and replace it
   }
+  // A readable report whose verdict contradicts its own comparisons is not rerun over: someone
+  // edited it or a bug wrote it, and either must be seen (InputError naming the file).
+  check_report_verdict(report, path.string());
   if (report.at("scenario") != s.to_json() ||
       comparable_environment(report.at("environment")) != comparable_environment(environment) ||
       report.at("verdict") == "error") {
@@ -410,10 +413,13 @@ int run_command(const RunOptions& options) {
       }
       if ((kind == "repeat" || kind == "fresh") && (row.repeat_summary.empty() || differs)) {
         row.repeat_summary = summary;
+        row.repeat_kind = kind;
       }
     }
+    row.reason = o.reason;
+    row.must_run = options.require_all;
     rows.push_back(row);
-    if (misses_expectation(o.verdict, o.expect)) {
+    if (is_failure(check_expectation(o.verdict, expected_of(row)))) {
       exit_code = std::max(exit_code, o.verdict == Verdict::error ? 3 : 1);
     }
   }

@@ -14,8 +14,8 @@
 namespace bih {
 namespace {
 
-const std::vector<std::string> kTopKeys = {"schema", "$schema", "expectations"};
-const std::vector<std::string> kEntryKeys = {"id", "verdict", "why"};
+const std::vector<std::string> kTopKeys = {"schema", "$schema", "expectations", "require_all"};
+const std::vector<std::string> kEntryKeys = {"id", "verdict", "why", "require"};
 
 std::vector<std::string> verdict_names() {
   return {"invariant", "batch_variant", "nondeterministic", "error", "unsupported"};
@@ -115,6 +115,14 @@ ExpectationsFile parse_expectations(const std::string& text, const std::string& 
   const auto id_lines = id_members(text);
   ExpectationsFile file;
   file.path = path;
+  if (doc.contains("require_all")) {
+    if (!doc["require_all"].is_boolean()) {
+      throw InputError(path, "/require_all",
+                       "expected true (every scenario must run: unsupported fails the gate) or "
+                       "false");
+    }
+    file.require_all = doc["require_all"].get<bool>();
+  }
   std::set<std::string> seen;
   const auto& entries = doc["expectations"];
   for (size_t k = 0; k < entries.size(); ++k) {
@@ -161,6 +169,14 @@ ExpectationsFile parse_expectations(const std::string& text, const std::string& 
       }
       e.why = entry["why"].get<std::string>();
     }
+    if (entry.contains("require")) {
+      if (!entry["require"].is_boolean()) {
+        throw InputError(path, pointer + "/require",
+                         "expected true (the scenario must run: unsupported fails the gate) or "
+                         "false");
+      }
+      e.require = entry["require"].get<bool>();
+    }
     if (k < id_lines.size() && id_lines[k].first == e.id) e.line = id_lines[k].second;
     file.entries.push_back(std::move(e));
   }
@@ -183,6 +199,50 @@ const Expectation* match_expectation(const ExpectationsFile& file, const std::st
     if (e.glob && fnmatch(e.id.c_str(), id.c_str(), 0) == 0) return &e;
   }
   return nullptr;
+}
+
+std::string to_string(ExpectationCheck check) {
+  switch (check) {
+    case ExpectationCheck::met:
+      return "met";
+    case ExpectationCheck::missed:
+      return "missed";
+    case ExpectationCheck::unchecked:
+      return "unchecked";
+    case ExpectationCheck::required_unchecked:
+      return "required_unchecked";
+  }
+  return "?";
+}
+
+ExpectationCheck check_expectation(Verdict got, const Expected& expected) {
+  if (got == expected.verdict) return ExpectationCheck::met;
+  if (got != Verdict::unsupported || !expected.declared) return ExpectationCheck::missed;
+  return expected.must_run ? ExpectationCheck::required_unchecked : ExpectationCheck::unchecked;
+}
+
+std::string unchecked_summary(const std::vector<std::string>& reasons) {
+  if (reasons.empty()) return "";
+  std::vector<std::pair<std::string, int>> distinct;
+  for (const std::string& reason : reasons) {
+    std::string line = reason.substr(0, reason.find('\n'));
+    if (line.empty()) line = "no reason given";
+    auto it = std::find_if(distinct.begin(), distinct.end(),
+                           [&](const auto& d) { return d.first == line; });
+    if (it == distinct.end()) {
+      distinct.emplace_back(line, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::string out = std::to_string(reasons.size()) + " not checked on this machine: ";
+  for (size_t i = 0; i < distinct.size(); ++i) {
+    out += (i ? "; " : "") + distinct[i].first;
+    if (distinct.size() > 1 && distinct[i].second > 1) {
+      out += " (" + std::to_string(distinct[i].second) + "\u00d7)";
+    }
+  }
+  return out;
 }
 
 std::string entry_json(const std::string& id, Verdict verdict, const std::string& why) {

@@ -6,6 +6,9 @@
 // globs the first in file order wins. A scenario that no entry matches is expected `invariant`:
 // batch invariance is the point, so a baseline only needs to list the accepted variances.
 // The file's text is kept so that the gate can point at the line of the entry to change.
+//
+// It also holds the one rule for "could not run here" (check_expectation), which `bih run`'s exit
+// code and table, `bih gate`, its JUnit XML and the matrix's cells all follow.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -28,14 +31,51 @@ struct Expectation {
   Verdict verdict = Verdict::invariant;
   std::string why;  // free text, e.g. the upstream issue; may be empty
   bool glob = false;
-  size_t index = 0;  // position in the file's "expectations" array
-  int line = 0;      // 1-based line of the entry's id in the file; 0 when not found
+  size_t index = 0;      // position in the file's "expectations" array
+  int line = 0;          // 1-based line of the entry's id in the file; 0 when not found
+  bool require = false;  // "require": true: the scenario must run; unsupported fails the gate
 };
 
 struct ExpectationsFile {
   std::string path;
   std::vector<Expectation> entries;  // file order
+  bool require_all = false;          // top-level "require_all": true: every entry must run
 };
+
+// What a scenario is expected to be, wherever the expectation came from.
+struct Expected {
+  Verdict verdict = kDefaultExpectation;
+  // Something named a verdict for this scenario: its `expect`, or an expectations entry. Without
+  // that, the default (invariant) is no claim that could go unchecked: an unsupported verdict
+  // misses it (a run that tested nothing must not pass silently).
+  bool declared = false;
+  // The scenario must run here (bih gate/run --require-all, an entry's "require", the file's
+  // "require_all"): an unsupported verdict fails instead of being unchecked.
+  bool must_run = false;
+};
+
+enum class ExpectationCheck {
+  met,                 // the verdict is the expected one
+  missed,              // it is not                                                  -> failure
+  unchecked,           // unsupported here, another verdict was declared: nothing was checked
+  required_unchecked,  // unchecked, but the scenario had to run                     -> failure
+};
+std::string to_string(ExpectationCheck check);
+
+// The one rule: met when `got` is the expected verdict; unchecked when `got` is unsupported, the
+// expectation was declared and is something else (required_unchecked when it must run); else
+// missed.
+ExpectationCheck check_expectation(Verdict got, const Expected& expected);
+
+// missed and required_unchecked count against a run or a gate; met and unchecked do not.
+inline bool is_failure(ExpectationCheck check) {
+  return check == ExpectationCheck::missed || check == ExpectationCheck::required_unchecked;
+}
+
+// "6 not checked on this machine: ranks nccl at tp=2 needs 2 GPUs" from the first line of each
+// unchecked scenario's reason (distinct reasons in first-seen order, "; "-joined; when there are
+// several, each says how many scenarios it covers, "(4×)"); empty when `reasons` is empty.
+std::string unchecked_summary(const std::vector<std::string>& reasons);
 
 // True when `pattern` is a glob rather than an exact id (it has '*' or '?').
 bool is_glob(std::string_view pattern);

@@ -48,6 +48,18 @@ std::string fix_for(const ExpectationsFile& file, const GateCase& c, const Repor
                                shard, shard.substr(6));
   }
   const Verdict got = *c.got;
+  if (c.outcome == GateOutcome::unchecked) {
+    const std::string reason = c.report ? first_reason_line(*c.report) : "";
+    const std::string why_required =
+        c.entry && file.entries[*c.entry].require
+            ? "its entry at " + where(file, file.entries[*c.entry]) + " says \"require\": true"
+        : file.require_all ? file.path + " says \"require_all\": true"
+                           : "--require-all";
+    return fmt::format(
+        "it could not run here ({}), and it must ({}): run the gate where it can run, or drop "
+        "the requirement",
+        reason.empty() ? "no reason given" : reason, why_required);
+  }
   if (!c.entry) {
     return fmt::format(
         "no entry matches it (expected {} by default); to accept {}, add to "
@@ -70,6 +82,12 @@ std::string fix_for(const ExpectationsFile& file, const GateCase& c, const Repor
 }
 
 }  // namespace
+
+std::string first_reason_line(const nlohmann::json& report) {
+  if (!report.contains("reason") || !report["reason"].is_string()) return "";
+  const std::string reason = report["reason"].get<std::string>();
+  return reason.substr(0, reason.find('\n'));
+}
 
 std::string verdict_evidence(const nlohmann::json& report) {
   const bool want_repeat = report.value("verdict", "") == "nondeterministic";
@@ -112,12 +130,23 @@ std::string to_string(GateOutcome outcome) {
       return "unexpected_pass";
     case GateOutcome::missing:
       return "missing";
+    case GateOutcome::unchecked:
+      return "unchecked";
   }
   return "?";
 }
 
-GateOutcome classify(Verdict expected, Verdict got) {
-  if (got == expected) return GateOutcome::pass;
+GateOutcome classify(const Expected& e, Verdict got) {
+  switch (check_expectation(got, e)) {
+    case ExpectationCheck::met:
+      return GateOutcome::pass;
+    case ExpectationCheck::unchecked:
+    case ExpectationCheck::required_unchecked:
+      return GateOutcome::unchecked;
+    case ExpectationCheck::missed:
+      break;
+  }
+  const Verdict expected = e.verdict;
   if (expected == Verdict::invariant || got == Verdict::error) return GateOutcome::regression;
   if (got == Verdict::invariant) return GateOutcome::unexpected_pass;
   return GateOutcome::changed;
@@ -129,10 +158,12 @@ GateResult decide_gate(const ExpectationsFile& file, const ReportSet& reports,
   std::vector<bool> entry_used(file.entries.size(), false);
   auto expect_for = [&](GateCase& c) {
     const Expectation* e = match_expectation(file, c.id);
+    c.must_run = options.require_all || file.require_all;
     if (e) {
       c.entry = e->index;
       c.expected = e->verdict;
       c.expectation_source = where(file, *e);
+      c.must_run = c.must_run || e->require;
       entry_used[e->index] = true;
     } else {
       c.expected = kDefaultExpectation;
@@ -145,7 +176,12 @@ GateResult decide_gate(const ExpectationsFile& file, const ReportSet& reports,
     c.report = &report;
     c.got = parse_verdict(report.at("verdict").get<std::string>());
     expect_for(c);
-    c.outcome = classify(c.expected, *c.got);
+    // A verdict is declared by an entry or by the scenario's own `expect` (which the run judged
+    // it by): then unsupported is unchecked here, as `bih run` counts it.
+    const bool declared =
+        c.entry.has_value() || (report.contains("expect") && report["expect"].is_string());
+    c.outcome = classify(
+        Expected{.verdict = c.expected, .declared = declared, .must_run = c.must_run}, *c.got);
     result.cases.push_back(std::move(c));
   }
   for (const auto& id : reports.missing_ids) {
@@ -159,9 +195,14 @@ GateResult decide_gate(const ExpectationsFile& file, const ReportSet& reports,
             [](const GateCase& a, const GateCase& b) { return a.id < b.id; });
   for (GateCase& c : result.cases) {
     c.failure = c.outcome != GateOutcome::pass &&
-                (c.outcome != GateOutcome::unexpected_pass || options.strict);
+                (c.outcome != GateOutcome::unexpected_pass || options.strict) &&
+                (c.outcome != GateOutcome::unchecked || c.must_run);
     if (c.outcome == GateOutcome::pass) {
       ++result.passed;
+      continue;
+    }
+    if (c.outcome == GateOutcome::unchecked && !c.failure) {
+      ++result.unchecked;  // counted and named in the totals, nothing to fix
       continue;
     }
     c.fix = fix_for(file, c, reports);
@@ -195,14 +236,21 @@ std::string render_gate_text(const GateResult& result) {
   std::string out = fmt::format("  {:<{}}  {:<{}}  {:<{}}  {}\n", "scenario", id_width, "expected",
                                 expected_width, "got", got_width, "outcome");
   for (const auto& c : result.cases) {
-    const char* mark = c.outcome == GateOutcome::pass ? "✓" : c.failure ? "✗" : "!";
+    const char* mark = c.outcome == GateOutcome::pass        ? "✓"
+                       : c.failure                           ? "✗"
+                       : c.outcome == GateOutcome::unchecked ? "○"
+                                                             : "!";
     out += fmt::format("{} {:<{}}  {:<{}}  {:<{}}  {}\n", mark, c.id, id_width,
                        to_string(c.expected), expected_width,
                        c.got ? to_string(*c.got) : "(missing)", got_width, to_string(c.outcome));
   }
   bool first_problem = true;
+  std::vector<std::string> unchecked_reasons;
   for (const auto& c : result.cases) {
-    if (c.outcome == GateOutcome::pass) continue;
+    if (c.outcome == GateOutcome::unchecked && !c.failure) {
+      unchecked_reasons.push_back(c.report ? first_reason_line(*c.report) : "");
+    }
+    if (c.outcome == GateOutcome::pass || c.fix.empty()) continue;
     if (first_problem) out += "\n";
     first_problem = false;
     const std::string level = c.failure ? "FAIL" : "warning";
@@ -220,8 +268,10 @@ std::string render_gate_text(const GateResult& result) {
   }
   if (!result.notes.empty()) out += "\n";
   for (const auto& note : result.notes) out += "note: " + note + "\n";
-  out += fmt::format("\ngate: {} scenario(s): {} passed, {} failed, {} warning(s) -> {}\n",
+  if (!unchecked_reasons.empty()) out += "\n" + unchecked_summary(unchecked_reasons) + "\n";
+  out += fmt::format("\ngate: {} scenario(s): {} passed, {} failed, {} warning(s){} -> {}\n",
                      result.cases.size(), result.passed, result.failures, result.warnings,
+                     result.unchecked ? fmt::format(", {} not checked here", result.unchecked) : "",
                      result.exit_code() == 0 ? "PASS" : "FAIL");
   return out;
 }

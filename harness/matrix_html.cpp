@@ -104,7 +104,10 @@ std::string entry_html(const CellEntry& e) {
   out += "</summary><div class=\"details\"><p><code>" + escape_html(e.id) + "</code></p>";
   if (e.expect) {
     out += "<p>expected " + escape_html(*e.expect) +
-           (e.expect_met.value_or(false) ? ": met" : ": <strong>not met</strong>") + "</p>";
+           (e.unchecked                    ? ": not checked on this machine"
+            : e.expect_met.value_or(false) ? ": met"
+                                           : ": <strong>not met</strong>") +
+           "</p>";
   }
   if (!e.reason.empty()) out += "<pre class=\"reason\">" + escape_html(e.reason) + "</pre>";
   if (!e.localization.empty()) {

@@ -37,6 +37,7 @@ json entry_json(const CellEntry& e) {
           {"distinguishing", e.distinguishing.empty() ? json(nullptr) : json(e.distinguishing)},
           {"expect", e.expect ? json(*e.expect) : json(nullptr)},
           {"expect_met", e.expect_met ? json(*e.expect_met) : json(nullptr)},
+          {"unchecked", e.unchecked},
           {"reason", e.reason.empty() ? json(nullptr) : json(e.reason)},
           {"localization", e.localization.empty() ? json(nullptr) : json(e.localization)},
           {"report", e.report_path},

@@ -36,7 +36,11 @@ void details_section(const CellEntry& e, std::string& out) {
   out += "<a id=\"" + e.anchor + "\"></a>\n\n### " + code(e.id) + "\n\n";
   out += verdict_square(e.verdict) + " **" + e.verdict + "**";
   if (e.expect) {
-    out += " (expected " + *e.expect + (e.expect_met.value_or(false) ? ": met" : ": NOT met") + ")";
+    out += " (expected " + *e.expect +
+           (e.unchecked                    ? ": not checked on this machine"
+            : e.expect_met.value_or(false) ? ": met"
+                                           : ": NOT met") +
+           ")";
   }
   out += " · report " + code(e.report_path) + "\n\n";
   if (!e.reason.empty()) out += "Reason:\n\n```text\n" + e.reason + "\n```\n\n";

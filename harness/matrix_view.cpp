@@ -6,6 +6,7 @@
 
 #include "base/edit_distance.hpp"
 #include "base/errors.hpp"
+#include "harness/expectations.hpp"
 #include "spec/scenario.hpp"
 
 namespace bih {
@@ -40,12 +41,30 @@ json value_at(const json& scenario, const std::string& dotted_key) {
   return scenario.contains(pointer) ? scenario.at(pointer) : json(nullptr);
 }
 
-AxisKey make_key(const json& scenario, const std::vector<std::string>& keys) {
+// The engine a scenario names when it is not bih's own ("llama.cpp"); empty for bih's.
+std::string external_engine(const json& scenario) {
+  const json engine = value_at(scenario, "engine");
+  if (!engine.is_object() || engine.value("kind", "bih") == "bih") return "";
+  const json name = engine.value("name", json());
+  return name.is_string() ? name.get<std::string>() : engine.value("kind", "external");
+}
+
+// A command or http engine's scenario keeps only the knobs its file set (the engine keeps its own
+// defaults for the rest), so an absent knob reads "default", never a bare null; its tables are
+// split by the engine too, so that two engines' defaults never share a cell.
+AxisKey make_key(const json& scenario, const std::vector<std::string>& keys, bool split = false) {
   AxisKey key;
+  const std::string engine = external_engine(scenario);
+  if (split && !engine.empty()) {
+    key.values.push_back(json("engine=" + engine));
+    key.label = "engine=" + engine;
+  }
   for (const std::string& k : keys) {
     key.values.push_back(value_at(scenario, k));
-    key.label += (key.label.empty() ? "" : ", ") + short_axis_name(k) + "=" +
-                 axis_value_text(key.values.back());
+    const std::string text = key.values.back().is_null() && !engine.empty()
+                                 ? std::string("default")
+                                 : axis_value_text(key.values.back());
+    key.label += (key.label.empty() ? "" : ", ") + short_axis_name(k) + "=" + text;
   }
   return key;
 }
@@ -171,8 +190,14 @@ CellEntry entry_of(const json& report, const std::string& path) {
   if (report.contains("expect") && report.at("expect").is_string()) {
     e.expect = report.at("expect").get<std::string>();
   }
-  if (report.contains("expect_met") && report.at("expect_met").is_boolean()) {
-    e.expect_met = report.at("expect_met").get<bool>();
+  // Met or not by check_expectation, as bih run and bih gate judge it, not by the report's
+  // expect_met: an unsupported cell whose expect could not be checked here is neither.
+  if (e.expect) {
+    const ExpectationCheck check =
+        check_expectation(*parse_verdict(e.verdict),
+                          Expected{.verdict = *parse_verdict(*e.expect), .declared = true});
+    e.unchecked = check == ExpectationCheck::unchecked;
+    if (!e.unchecked) e.expect_met = check == ExpectationCheck::met;
   }
   try {
     for (const json& c : report.at("comparisons")) e.comparisons.push_back(comparison_view(c));
@@ -314,7 +339,7 @@ MatrixView build_matrix_view(const ReportSet& set, const MatrixOptions& options)
   for (size_t i = 0; i < set.reports.size(); ++i) {
     const json& report = set.reports[i];
     const json& scenario = report.at("scenario");
-    const AxisKey split = make_key(scenario, options.split);
+    const AxisKey split = make_key(scenario, options.split, /*split=*/true);
     auto group = std::find_if(groups.begin(), groups.end(),
                               [&](const auto& g) { return g.first.values == split.values; });
     if (group == groups.end()) {

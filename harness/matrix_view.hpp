@@ -66,7 +66,8 @@ struct CellEntry {
   // empty when the cell holds only this entry.
   std::string distinguishing;
   std::optional<std::string> expect;
-  std::optional<bool> expect_met;
+  std::optional<bool> expect_met;  // check_expectation's met/missed; nullopt: none or unchecked
+  bool unchecked = false;          // unsupported here while `expect` named another verdict
   std::string reason;
   std::string localization;  // bih explain's summary: the first op whose bits moved
   std::string report_path;

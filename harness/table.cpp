@@ -48,12 +48,10 @@ const char* ansi_color(Verdict v) {
 
 }  // namespace
 
-bool unchecked_here(Verdict verdict, const std::optional<Verdict>& expect) {
-  return verdict == Verdict::unsupported && expect && *expect != Verdict::unsupported;
-}
-
-bool misses_expectation(Verdict verdict, const std::optional<Verdict>& expect) {
-  return verdict != expect.value_or(Verdict::invariant) && !unchecked_here(verdict, expect);
+Expected expected_of(const TableRow& row) {
+  return Expected{.verdict = row.expect.value_or(kDefaultExpectation),
+                  .declared = row.expect.has_value(),
+                  .must_run = row.must_run};
 }
 
 bool should_use_color(int fd) {
@@ -66,23 +64,32 @@ bool should_use_color(int fd) {
 
 std::string render_table(const std::vector<TableRow>& rows, bool color) {
   enum Column { kMark, kId, kVerdict, kExpect, kBatch, kRepeat, kWall, kColumns };
-  const std::array<std::string, kColumns> header{
-      "", "scenario", "verdict", "expect", "batch (bs=1 vs bs=N)", "repeat", "wall"};
+  const std::array<std::string, kColumns> header{"",
+                                                 "scenario",
+                                                 "verdict",
+                                                 "expect",
+                                                 "batch (bs=1 vs bs=N)",
+                                                 "repeat or fresh (new process)",
+                                                 "wall"};
   std::vector<std::array<std::string, kColumns>> cells;
   std::map<Verdict, int> totals;
   int unmet = 0;
+  std::vector<std::string> unchecked_reasons;
   for (const TableRow& r : rows) {
-    // An unsupported verdict claims nothing on this machine when something else was expected;
-    // without an expectation, anything but invariant misses (as the exit code says).
-    const bool has_expect = r.expect.has_value() && !unchecked_here(r.verdict, r.expect);
-    const bool met = has_expect && *r.expect == r.verdict;
-    unmet += misses_expectation(r.verdict, r.expect);
+    const ExpectationCheck check = check_expectation(r.verdict, expected_of(r));
+    unmet += is_failure(check);
+    if (check == ExpectationCheck::unchecked) unchecked_reasons.push_back(r.reason);
     ++totals[r.verdict];
-    cells.push_back(
-        {misses_expectation(r.verdict, r.expect) ? "✗" : (met ? "✓" : ""), r.id,
-         to_string(r.verdict),
-         r.expect ? to_string(*r.expect) : "-", r.batch_summary.empty() ? "-" : r.batch_summary,
-         r.repeat_summary.empty() ? "-" : r.repeat_summary, fmt::format("{:.1f}s", r.wall_s)});
+    const char* mark = is_failure(check)                      ? "✗"
+                       : check == ExpectationCheck::unchecked ? "○"
+                       : r.expect                             ? "✓"
+                                                              : "";
+    // Name the comparison: a repeat in the same process and a fresh process fail differently.
+    std::string repeat = r.repeat_summary.empty() ? "-" : r.repeat_summary;
+    if (!r.repeat_summary.empty() && !r.repeat_kind.empty()) repeat = r.repeat_kind + ": " + repeat;
+    cells.push_back({mark, r.id, to_string(r.verdict), r.expect ? to_string(*r.expect) : "-",
+                     r.batch_summary.empty() ? "-" : r.batch_summary, repeat,
+                     fmt::format("{:.1f}s", r.wall_s)});
   }
   std::array<size_t, kColumns> widths{};
   for (int c = 0; c < kColumns; ++c) {
@@ -111,8 +118,9 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
     summary +=
         fmt::format("{} {} {}", i ? "," : "", totals[kAllVerdicts[i]], to_string(kAllVerdicts[i]));
   }
-  summary += fmt::format("; {} not as expected\n", unmet);
-  return out + summary;
+  summary += fmt::format("; {} not as expected", unmet);
+  if (!unchecked_reasons.empty()) summary += "; " + unchecked_summary(unchecked_reasons);
+  return out + summary + "\n";
 }
 
 }  // namespace bih

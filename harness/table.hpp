@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/expectations.hpp"
 #include "spec/verdict.hpp"
 
 namespace bih {
@@ -14,27 +15,28 @@ struct TableRow {
   Verdict verdict = Verdict::error;
   std::optional<Verdict> expect;
   std::string batch_summary;   // summarize() of the batch comparison; empty: none ran
-  std::string repeat_summary;  // summarize() of the repeat comparison; empty: none ran
+  std::string repeat_summary;  // summarize() of the repeat or fresh comparison; empty: none ran
   double wall_s = 0;
+  // Which comparison repeat_summary shows: "repeat" (the batch again, same process) or "fresh"
+  // (a new process); the cell names it, since the two fail for different reasons.
+  std::string repeat_kind;
+  std::string reason;     // why error/unsupported; the summary names what could not run
+  bool must_run = false;  // bih run --require-all: unsupported fails instead of unchecked
 };
+
+// The expectation a run row is judged by: its `expect` (declared), else the default invariant.
+Expected expected_of(const TableRow& row);
 
 // True when output on file descriptor `fd` should carry ANSI colours: it is a terminal, NO_COLOR
 // is unset or empty (https://no-color.org), and TERM is not "dumb".
 bool should_use_color(int fd);
 
-// Aligned columns: a mark ('✗' when the verdict does not meet the expectation, '✓' when it does,
-// blank without one), scenario id, verdict (coloured when `color`), expect, batch and repeat
-// summaries ('-' when empty), wall time. The last line counts rows per verdict and unmet
-// expectations. Every line ends with '\n'.
-// The scenario expects a verdict this machine cannot produce (it answered `unsupported`): the
-// claim is unchecked here, neither met nor a failure.
-bool unchecked_here(Verdict verdict, const std::optional<Verdict>& expect);
-
-// Whether a scenario missed what was expected of it: its `expect`, or invariant when none is
-// given (an unsupported verdict with another expectation claims nothing here). The run's exit
-// code and the table's "not as expected" count both follow this one rule.
-bool misses_expectation(Verdict verdict, const std::optional<Verdict>& expect);
-
+// Aligned columns: a mark from check_expectation ('✗' missed or required but unchecked, '✓' met
+// a declared expect, '○' unchecked here, blank for an undeclared invariant), scenario id, verdict
+// (coloured when `color`), expect, batch and repeat summaries ('-' when empty; a fresh-process
+// comparison says "fresh: "), wall time. The last line counts rows per verdict, the failures of
+// check_expectation ("not as expected") and, when any, the unchecked ones with their reasons.
+// Every line ends with '\n'.
 std::string render_table(const std::vector<TableRow>& rows, bool color = false);
 
 }  // namespace bih
