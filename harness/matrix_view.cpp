@@ -43,10 +43,13 @@ json value_at(const json& scenario, const std::string& dotted_key) {
 
 // The engine a scenario names when it is not bih's own ("llama.cpp"); empty for bih's.
 std::string external_engine(const json& scenario) {
+  // Read defensively: read_report checks only the fields every reader needs.
   const json engine = value_at(scenario, "engine");
-  if (!engine.is_object() || engine.value("kind", "bih") == "bih") return "";
+  if (!engine.is_object() || !engine.contains("kind") || !engine["kind"].is_string()) return "";
+  const std::string kind = engine["kind"].get<std::string>();
+  if (kind == "bih") return "";
   const json name = engine.value("name", json());
-  return name.is_string() ? name.get<std::string>() : engine.value("kind", "external");
+  return name.is_string() ? name.get<std::string>() : kind;
 }
 
 // A command or http engine's scenario keeps only the knobs its file set (the engine keeps its own

@@ -69,7 +69,8 @@ fs::path out_with(const std::string& name, const nlohmann::json& report) {
   fs::remove_all(out);
   fs::create_directories(out);
   for (const auto& e : fs::directory_iterator(run.out)) {
-    if (e.is_regular_file()) fs::copy_file(e.path(), out / e.path().filename());
+    if (e.is_regular_file() && e.path().extension() == ".json")
+      fs::copy_file(e.path(), out / e.path().filename());
   }
   write_text(out / run.report.filename(), report.dump(2));
   return out;

@@ -4,10 +4,10 @@
 // then counted with its reason, and a JUnit <skipped>).
 //
 // The reports are real: one `bih run` on the tiny preset gives invariant, error (debug.fault) and
-// unsupported (NCCL ranks on the CPU backend) reports; the batch_variant and nondeterministic ones
-// are two of those reports carrying the comparisons of the bih-made reports in tests/data/matrix
-// (the vendor and the arrival scenario), so that `bih run --resume` reads each verdict back as
-// its own and the run's table and exit code come from the real driver.
+// unsupported (NCCL ranks on the CUDA backend, no GPU here) reports; the batch_variant and
+// nondeterministic ones are two of those reports carrying the comparisons of the bih-made reports
+// in tests/data/matrix (the vendor and the arrival scenario), so that `bih run --resume` reads each
+// verdict back as its own and the run's table and exit code come from the real driver.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -37,7 +37,7 @@ constexpr const char* kMatrix = R"({
             {"name": "bv", "kernels": "vendor"},
             {"name": "nd", "collectives.all_reduce": "arrival"},
             {"name": "err", "debug.fault": "exit"},
-            {"name": "uns", "parallel.tp": 2, "parallel.ranks": "nccl"}]})";
+            {"name": "uns", "backend": "cuda", "parallel.tp": 8, "parallel.ranks": "nccl"}]})";
 
 const std::vector<Verdict> kVerdicts{Verdict::invariant, Verdict::batch_variant,
                                      Verdict::nondeterministic, Verdict::error,
@@ -123,7 +123,7 @@ fs::path out_for(std::optional<Verdict> expect) {
   fs::remove_all(out);
   fs::create_directories(out);
   for (const auto& e : fs::directory_iterator(f.out)) {
-    if (!e.is_regular_file()) continue;
+    if (!e.is_regular_file() || e.path().extension() != ".json") continue;  // not OUT/.lock
     if (e.path().filename().string().rfind("manifest", 0) == 0) {
       fs::copy_file(e.path(), out / e.path().filename());
       continue;
