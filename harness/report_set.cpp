@@ -94,12 +94,9 @@ Verdict derive_verdict(const nlohmann::json& report, const std::string& path) {
   if (comparisons.empty()) {
     if (stored == Verdict::unsupported) return Verdict::unsupported;
     throw InputError(path, "/comparisons",
-                     "the report says "
-                     " + to_string(stored) +
-                     "" but compares nothing;
-                     a verdict on invariance needs at least one
-                     "
-                     "comparison (only error and unsupported have none)");
+                     "the report says \"" + to_string(stored) +
+                         "\" but compares nothing; a verdict on invariance needs at least one "
+                         "comparison (only error and unsupported have none)");
   }
   return decide_verdict(comparisons);
 }
@@ -109,9 +106,9 @@ void check_report_verdict(const nlohmann::json& report, const std::string& path)
   const std::string stored = report.at("verdict").get<std::string>();
   if (stored == to_string(derived)) return;
   throw InputError(path, "/verdict",
-                   "the report says "" + stored + "" but its own comparisons give "" +
+                   "the report says \"" + stored + "\" but its own comparisons give \"" +
                        to_string(derived) +
-                       "" (decide_verdict: a differing repeat/fresh comparison makes "
+                       "\" (decide_verdict: a differing repeat/fresh comparison makes "
                        "nondeterministic, else a differing batch/cache one batch_variant, else "
                        "invariant; an unhealthy output is error); refusing a report that "
                        "contradicts itself: run the scenario again");
