@@ -15,6 +15,9 @@ the working tree (tracked and untracked, not ignored, files) at every start.
   python3 tests/mutations/run_mutations.py                 # every mutation
   python3 tests/mutations/run_mutations.py --only kv-budget-one-rank --only gate-left-no-report-all-ids
   python3 tests/mutations/run_mutations.py --check         # which snippets still apply; no build
+  python3 tests/mutations/run_mutations.py --in-place build --target bih --target bih_cpu_tests
+      # no copy: plants each bug in the working tree itself (restored after each, and on ^C) and
+      # builds an existing build folder of it; faster, but leave the tree alone while it runs
 
 Exit code: 0 when every mutation applied and was caught, 1 otherwise (2: the tool itself failed).
 """
@@ -25,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -98,7 +102,8 @@ def build(args, src, bld, log):
                  "-DBIH_CUDA=" + args.cuda] + args.cmake_arg
         if run_logged(cmake, log) != 0:
             return False
-    return run_logged(["cmake", "--build", bld, "-j", str(args.jobs)], log) == 0
+    targets = [x for t in args.target for x in ("--target", t)]
+    return run_logged(["cmake", "--build", bld, "-j", str(args.jobs)] + targets, log) == 0
 
 
 FAILED_LINE = re.compile(r"^\s*\d+\s+-\s+(\S+)\s+\((.*)\)\s*$")
@@ -151,10 +156,17 @@ def main():
     p.add_argument("--cuda", default="OFF", choices=["OFF", "AUTO", "ON"],
                    help="BIH_CUDA of the copy's build (the cpu label never links CUDA)")
     p.add_argument("--cmake-arg", action="append", default=[])
+    p.add_argument("--target", action="append", default=[],
+                   help="build only these targets (repeatable; default all)")
+    p.add_argument("--in-place", metavar="BUILD_DIR",
+                   help="mutate the working tree itself and build BUILD_DIR, an existing build of "
+                        "it, instead of a copy")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the suite run on the unmutated copy (its failures are then not "
                         "subtracted)")
     args = p.parse_args()
+    # SIGTERM unwinds like ^C, so that a planted bug is always taken out again.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
     mutations = load_mutations(args.list)
     if args.only:
@@ -172,11 +184,16 @@ def main():
             print(f"{m['id']:<42} {m['file']:<30} {why or 'applies'}")
         return 1 if bad else 0
 
-    src, bld = os.path.join(args.work, "src"), os.path.join(args.work, "build")
     logs = os.path.join(args.work, "logs")
-    os.makedirs(src, exist_ok=True)
     os.makedirs(logs, exist_ok=True)
-    sync_copy(src)
+    if args.in_place:
+        src, bld = REPO, os.path.abspath(args.in_place)
+        if not os.path.exists(os.path.join(bld, "build.ninja")):
+            sys.exit(f"--in-place: {bld} is not a configured build folder")
+    else:
+        src, bld = os.path.join(args.work, "src"), os.path.join(args.work, "build")
+        os.makedirs(src, exist_ok=True)
+        sync_copy(src)
 
     baseline = {}
     log = os.path.join(logs, "baseline.log")
