@@ -61,7 +61,8 @@ void check_kv_cache(const Scenario& s, const ModelConfig& c, const std::string& 
                       "the KV cache this plan reserves up front, " + formula + " = " +
                           std::to_string(total) + " bytes (" + format_bytes(total) +
                           "), exceeds half of this machine's available memory (" +
-                          format_bytes(*available) + " MemAvailable, so " + format_bytes(budget) +
+                          format_bytes(*available) + " " + available_memory_source() + ", so " +
+                          format_bytes(budget) +
                           "); valid: a smaller plan.max_model_len (it needs only the longest "
                           "prompt + max_tokens) " +
                           "or plan.max_num_seqs (it needs only the largest batch size)");
