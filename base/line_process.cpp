@@ -230,12 +230,13 @@ void LineProcess::append(const char* data, size_t n) {
   if (head_ > 0 && head_ * 2 >= buffer_.size()) {
     buffer_.erase(0, head_);
     scanned_ -= std::min(scanned_, head_);
+    if (cut_at_ != std::string::npos) cut_at_ -= head_;
     head_ = 0;
   }
   buffer_.append(data, n);
   if (next_newline() == std::string::npos && buffer_.size() - head_ > max_line_bytes_) {
     buffer_.resize(head_ + max_line_bytes_);
-    scanned_ = buffer_.size();
+    scanned_ = cut_at_ = buffer_.size();
     dropping_ = true;
   }
 }
@@ -288,6 +289,8 @@ LineProcess::ReadStatus LineProcess::read_line(double timeout_s, std::string& li
   for (;;) {
     const size_t nl = next_newline();
     if (nl != std::string::npos) {
+      last_cut_ = nl == cut_at_;
+      if (last_cut_) cut_at_ = std::string::npos;
       line.assign(buffer_, head_, nl - head_);
       head_ = nl + 1;
       scanned_ = head_;
@@ -295,6 +298,8 @@ LineProcess::ReadStatus LineProcess::read_line(double timeout_s, std::string& li
     }
     if (out_closed_) {
       if (head_ < buffer_.size()) {
+        last_cut_ = cut_at_ == buffer_.size();
+        cut_at_ = std::string::npos;
         line.assign(buffer_, head_, std::string::npos);
         head_ = scanned_ = buffer_.size();
         return ReadStatus::line;

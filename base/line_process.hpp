@@ -50,6 +50,8 @@ class LineProcess {
   // longer than max_line_bytes are cut (the rest is dropped) so a flood cannot exhaust memory.
   ReadStatus read_line(double timeout_s, std::string& line);
   void set_max_line_bytes(size_t bytes) { max_line_bytes_ = bytes; }
+  // Whether the line read_line returned last was cut at max_line_bytes.
+  bool last_line_cut() const { return last_cut_; }
 
   // Waits up to grace_s for the child to exit, then kills its process group. Returns how it
   // ended: "exited with status 0", "killed by signal 9 (Killed) (it did not exit within 10 s)".
@@ -75,7 +77,9 @@ class LineProcess {
   std::string buffer_;
   size_t head_ = 0;
   size_t scanned_ = 0;
-  bool dropping_ = false;  // the current line was cut: drop bytes up to its newline
+  bool dropping_ = false;              // the current line was cut: drop bytes up to its newline
+  size_t cut_at_ = std::string::npos;  // where in buffer_ the cut line ends, if one was cut
+  bool last_cut_ = false;
   size_t max_line_bytes_ = size_t{256} << 20;
   bool out_closed_ = false;
   std::optional<std::string> ended_;  // how it ended, once reaped

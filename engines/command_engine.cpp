@@ -68,6 +68,11 @@ class CommandEngine : public TestedEngine {
     const protocol::Limits limits{
         *std::max_element(s.plan.batch_sizes.begin(), s.plan.batch_sizes.end()),
         s.plan.max_model_len, s.plan.max_tokens};
+    // The longest line a reply to this plan can need (a result holds every token and value of a
+    // batch, far under 128 bytes each): a flood is cut there instead of filling memory.
+    max_line_bytes_ = (size_t{32} << 20) +
+                      size_t{128} * static_cast<size_t>(limits.max_batch) * s.plan.max_tokens;
+    process_->set_max_line_bytes(max_line_bytes_);
     send(protocol::init_message(model_, knobs, s.engine.options, limits), "init");
     const json answer = receive("its hello (the answer to init)", {});
     const std::string type = answer["type"];
@@ -191,6 +196,12 @@ class CommandEngine : public TestedEngine {
         case LineProcess::ReadStatus::line:
           break;
       }
+      if (process_->last_line_cut()) {
+        fail(
+            fmt::format("wrote a line of more than {} bytes (the most a reply to this plan can "
+                        "need) while bih waited for {}: {}",
+                        max_line_bytes_, waiting_for, protocol::quote_text(line, 80)));
+      }
       if (line.empty()) continue;
       json message;
       try {
@@ -214,6 +225,7 @@ class CommandEngine : public TestedEngine {
   EngineIdentity identity_;
   double reply_timeout_s_ = 0;
   int64_t next_id_ = 1;
+  size_t max_line_bytes_ = 0;
   bool step_stats_ = false;
   bool shut_down_ = false;
 };

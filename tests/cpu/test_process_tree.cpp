@@ -17,6 +17,7 @@
 
 #include "base/child_process.hpp"
 #include "base/json_file.hpp"
+#include "base/line_process.hpp"
 #include "base/process_tree.hpp"
 #include "run_bih.hpp"
 
@@ -331,6 +332,54 @@ TEST(ProcessTreeParts, RunChildReadsWhatTheWorkerWroteJustBeforeItExited) {
   ASSERT_EQ(lines.size(), 40001u);
   EXPECT_EQ(lines[39999], "@progress 039999");
   EXPECT_EQ(lines.back(), "@unsupported last words");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TEST(ProcessTreeParts, ALineOf200MbIsCutInLinearTime) {
+  const auto dir = testing::fresh_dir("line-200mb");
+  LineProcess p(
+      {"python3", "-c",
+       "import sys; sys.stdout.write('x' * (200 << 20) + '\\nnext\\n'); sys.stdout.flush()"},
+      "", {}, (dir / "stderr.log").string());
+  p.set_max_line_bytes(1 << 20);
+  const auto start = std::chrono::steady_clock::now();
+  std::string line;
+  ASSERT_EQ(p.read_line(60, line), LineProcess::ReadStatus::line);
+  EXPECT_EQ(line.size(), size_t{1} << 20);
+  EXPECT_TRUE(p.last_line_cut());
+  ASSERT_EQ(p.read_line(60, line), LineProcess::ReadStatus::line);
+  EXPECT_EQ(line, "next");
+  EXPECT_FALSE(p.last_line_cut());
+  // Rescanning the buffer after every read took 22-29 s for this; once per byte is well under 5.
+  EXPECT_LT(seconds_since(start), 5);
+  EXPECT_EQ(p.read_line(60, line), LineProcess::ReadStatus::closed);
+}
+
+TEST(ProcessTreeParts, AWriteToAChildThatNeverReadsGivesUpAtItsDeadline) {
+  const auto dir = testing::fresh_dir("write-deadline");
+  LineProcess p({"sleep", "30"}, "", {}, (dir / "stderr.log").string());
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(p.write_line(std::string(200 << 10, 'r'), 1.0), LineProcess::WriteStatus::timeout);
+  EXPECT_LT(seconds_since(start), 5);
+}
+
+TEST(ProcessTreeParts, AChildsExitIsSeenWhileItsOwnChildHoldsItsStdout) {
+  const auto dir = testing::fresh_dir("exit-held-stdout");
+  LineProcess p({"sh", "-c", "echo last; sleep 30 & exit 4"}, "", {},
+                (dir / "stderr.log").string());
+  const auto start = std::chrono::steady_clock::now();
+  std::string line;
+  ASSERT_EQ(p.read_line(30, line), LineProcess::ReadStatus::line);
+  EXPECT_EQ(line, "last");
+  EXPECT_EQ(p.read_line(30, line), LineProcess::ReadStatus::closed);
+  EXPECT_LT(seconds_since(start), 5) << "it waited for the end of file the sleep held";
+  std::string how;
+  EXPECT_TRUE(p.exited(&how));
+  EXPECT_EQ(how, "exited with status 4");
+  p.finish(1);  // and the sleep goes with its group
 }
 
 TEST(ProcessTreeParts, TailOfFileReadsOnlyTheEnd) {
