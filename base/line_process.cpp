@@ -175,6 +175,8 @@ LineProcess::LineProcess(const std::vector<std::string>& argv, const std::string
     int status = 0;
     waitpid(pid_, &status, 0);
     ended_ = describe_status(status);
+    close(in_fd_);
+    close(out_fd_);
     if (failure.step == 0) {
       throw InfraError(
           fmt::format("its folder (cwd) '{}' cannot be entered: {}", cwd, errno_text(failure.err)));

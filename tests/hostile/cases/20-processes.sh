@@ -6,7 +6,7 @@ tree_adapter="$REPO/tests/data/adapters/tree_adapter.py"
 # adapter_scenario FILE COMMAND_JSON [EXTRA_ENGINE_FIELDS]
 adapter_scenario() {
   echo "{\"engine\": {\"kind\": \"command\", \"name\": \"hostile\", \"command\": $2,
-         \"reply_timeout_s\": 20 $3}, $small, \"timeout_s\": 120}" > "$1"
+         \"reply_timeout_s\": 20 ${3:-}}, $small, \"timeout_s\": 120}" > "$1"
 }
 
 adapter_scenario nocmd.json '["no-such-adapter-program"]'
@@ -25,11 +25,11 @@ case_ processes "argument list too long (one 200 KB argument)" 3 -- run longarg.
 # The request of the first generation is over 100 KB (prompts of 20000 tokens).
 echo "{\"engine\": {\"kind\": \"command\", \"name\": \"hostile\",
        \"command\": [\"python3\", \"$tree_adapter\"], \"options\": {\"mode\": \"never_reads\"},
-       \"reply_timeout_s\": 2},
+       \"reply_timeout_s\": 5},
        \"plan\": {\"prompts\": {\"count\": 2, \"min_len\": 20000, \"max_len\": 20000},
                 \"max_tokens\": 2, \"batch_sizes\": [1, 2], \"max_model_len\": 20100},
-       \"timeout_s\": 120}" > neverreads.json
-case_ processes "adapter never reads a 100 KB request (reply_timeout_s 2)" 3 -- run neverreads.json --out out-neverreads
+       \"timeout_s\": 60}" > neverreads.json
+case_ processes "adapter never reads a 100 KB request (reply_timeout_s 5)" 3 -- run neverreads.json --out out-neverreads
 
 adapter_scenario hugeline.json "[\"python3\", \"$tree_adapter\"]" ', "options": {"mode": "huge_line"}'
 case_ processes "adapter answers with one 200 MB line" 3 -- run hugeline.json --out out-hugeline
