@@ -320,14 +320,17 @@ TEST(ProcessTreeParts, KillDescendantsLeavesNoOrphanOfASubreaper) {
 }
 
 TEST(ProcessTreeParts, RunChildReadsWhatTheWorkerWroteJustBeforeItExited) {
-  // 40000 lines (480 KB) written at once: most are still in the pipe when the child exits.
+  // 480 KB of lines in one write to a 1 MB pipe, and an exit at once: when waitpid reports the
+  // exit, most of it is still in the pipe (the old loop stopped there and lost 15000 to 39800
+  // lines, the last @unsupported line always).
   std::vector<std::string> lines;
-  const ChildResult r = run_child(
-      {"/usr/bin/env", "python3", "-c",
-       "import sys; sys.stdout.write(''.join(f'@progress {i:06d}\\n' for i in range(40000)) + "
-       "'@unsupported last words')"},
-      (testing::fresh_dir("child-drain") / "stderr.log").string(), 30,
-      [&](const std::string& line) { lines.push_back(line); });
+  const ChildResult r =
+      run_child({"/usr/bin/env", "python3", "-c",
+                 "import fcntl, os; fcntl.fcntl(1, 1031, 1 << 20); "  // F_SETPIPE_SZ
+                 "os.write(1, (''.join(f'@progress {i:06d}\\n' for i in range(40000)) + "
+                 "'@unsupported last words\\n').encode()); os._exit(0)"},
+                (testing::fresh_dir("child-drain") / "stderr.log").string(), 30,
+                [&](const std::string& line) { lines.push_back(line); });
   EXPECT_TRUE(r.ok()) << r.describe();
   ASSERT_EQ(lines.size(), 40001u);
   EXPECT_EQ(lines[39999], "@progress 039999");
