@@ -8,10 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <fstream>
 
 #include "base/errors.hpp"
@@ -67,16 +67,37 @@ std::string self_executable() {
 }
 
 std::string tail_of_file(const std::string& path, int lines) {
-  std::ifstream in(path);
-  std::deque<std::string> last;
-  std::string line;
-  while (std::getline(in, line)) {
-    last.push_back(line);
-    if (static_cast<int>(last.size()) > lines) last.pop_front();
+  // Only the file's end is read: a log of 500 MB without a newline costs 64 KB, not 500 MB.
+  constexpr std::streamoff kMaxBytes = 64 << 10;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - kMaxBytes);
+  in.seekg(from);
+  std::string text(static_cast<size_t>(size - from), '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  // The last `lines` lines; the first one may be the end of a longer line ("..." says so).
+  size_t start = text.size();
+  int found = 0;
+  while (start > 0 && found < lines) {
+    const size_t nl = text.rfind('\n', start - 1);
+    if (nl == std::string::npos) {
+      start = 0;
+      break;
+    }
+    ++found;
+    if (found == lines) {
+      start = nl + 1;
+      break;
+    }
+    start = nl;
   }
-  std::string out;
-  for (const auto& l : last) out += l + "\n";
-  return out;
+  if (text.empty() || lines <= 0) return "";
+  std::string out = text.substr(start);
+  if (start == 0 && from > 0) out = "..." + out;
+  return out + "\n";
 }
 
 ChildResult run_child(const std::vector<std::string>& argv, const std::string& stderr_file,
@@ -104,6 +125,7 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
     // died before prctl took effect, we were reparented already: go now.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    signal(SIGTTOU, SIG_DFL);  // the guardian's child ignores it; its children get the default
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_fd, STDERR_FILENO);
     execv(cargv[0], cargv.data());
@@ -115,8 +137,32 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
   close(err_fd);
 
   ChildResult result;
+  // Lines are found in each chunk once (linear however long a line), and a line is kept up to
+  // kMaxLine bytes: a worker flooding stdout without a newline costs no memory.
+  constexpr size_t kMaxLine = 1 << 20;
   std::string pending;
+  auto feed = [&](const char* data, size_t n) {
+    for (size_t i = 0; i < n;) {
+      const char* nl = static_cast<const char*>(memchr(data + i, '\n', n - i));
+      const size_t end = nl != nullptr ? static_cast<size_t>(nl - data) : n;
+      pending.append(data + i, std::min(end - i, kMaxLine - std::min(kMaxLine, pending.size())));
+      if (nl == nullptr) break;
+      if (on_line) on_line(pending);
+      pending.clear();
+      i = end + 1;
+    }
+  };
   bool pipe_open = true;
+  // One read: false at end of file.
+  auto read_some = [&] {
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(out_pipe[0], buf, sizeof(buf))) < 0 && errno == EINTR) {
+    }
+    if (n <= 0) return false;
+    feed(buf, static_cast<size_t>(n));
+    return true;
+  };
   int status = 0;
   bool exited = false;
   auto elapsed = [&] {
@@ -125,26 +171,23 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
   while (!exited) {
     if (pipe_open) {
       pollfd pfd{out_pipe[0], POLLIN, 0};
-      if (poll(&pfd, 1, 100) > 0) {
-        char buf[4096];
-        const ssize_t n = read(out_pipe[0], buf, sizeof(buf));
-        if (n <= 0) {
-          pipe_open = false;
-        } else {
-          pending.append(buf, static_cast<size_t>(n));
-          size_t nl;
-          while ((nl = pending.find('\n')) != std::string::npos) {
-            if (on_line) on_line(pending.substr(0, nl));
-            pending.erase(0, nl + 1);
-          }
-        }
-      }
+      if (poll(&pfd, 1, 100) > 0) pipe_open = read_some();
     } else {
       usleep(50 * 1000);
     }
     const pid_t w = waitpid(pid, &status, WNOHANG);
     if (w == pid) {
       exited = true;
+      // What it wrote just before exiting is still in the pipe (a last @unsupported line): read
+      // it all. It has exited, so an empty pipe means all of it was read, even while a process
+      // it left behind holds the pipe open (and such a process cannot keep us here past 1 s).
+      const auto drain_end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (pipe_open && std::chrono::steady_clock::now() < drain_end) {
+        pollfd pfd{out_pipe[0], POLLIN, 0};
+        if (poll(&pfd, 1, 0) <= 0) break;
+        pipe_open = read_some();
+      }
+      if (!pending.empty() && on_line) on_line(pending);  // a last line without its newline
     } else if (timeout_s > 0 && elapsed() > timeout_s) {
       kill(-pid, SIGKILL);
       reap(pid, status);

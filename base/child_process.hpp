@@ -10,6 +10,8 @@
 // within 100 ms and kills its child's group, and the caller decides what to say. A driver killed
 // outright (SIGKILL, an OOM kill) takes its children along: each is started with
 // PR_SET_PDEATHSIG(SIGKILL), and adapters a worker starts have the same (base/line_process).
+// What left a group (a setsid() daemon) is reaped by a subreaper (base/process_tree). After the
+// child exits its stdout is read to the end, so a last line written just before exiting is seen.
 #pragma once
 
 #include <atomic>
@@ -46,7 +48,7 @@ void install_interrupt_handlers();
 // The signal that interrupted this process (SIGINT or SIGTERM), or 0.
 int interrupt_signal();
 
-// The last `lines` lines of a text file ("" if it cannot be read).
+// The last `lines` lines of a text file ("" if it cannot be read), from its last 64 KB only.
 std::string tail_of_file(const std::string& path, int lines);
 
 // The absolute path of the running executable (/proc/self/exe).

@@ -1,10 +1,13 @@
 // main.cpp: the `bih` command line. The only place that turns failures into exit codes:
 // 0 as expected, 1 a conformance failure, 2 a usage or input error, 3 an infrastructure failure.
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <vector>
 
+#include "base/child_process.hpp"
 #include "base/errors.hpp"
+#include "base/process_tree.hpp"
 #include "cli/commands.hpp"
 #include "harness/environment.hpp"
 #if defined(BIH_HAVE_CUDA)
@@ -35,6 +38,34 @@ Start with:
 Exit codes: 0 as expected, 1 a conformance failure, 2 a usage or input error, 3 an infrastructure
 failure (a worker crashed or timed out).)";
 
+// Runs the chosen verb, mapping what it throws to an exit code.
+int run_verb(const bih::cli::Command& command) {
+#if defined(BIH_HAVE_CUDA)
+  bih::set_gpu_environment_provider(bih::cuda::gpu_environment);
+  bih::cuda::register_cuda_backend();
+#endif
+  try {
+    return command.run();
+  } catch (const bih::InputError& e) {
+    std::fprintf(stderr, "bih: error: %s\n", e.what());
+    return static_cast<int>(bih::ExitCode::usage_error);
+  } catch (const bih::InfraError& e) {
+    std::fprintf(stderr, "bih: infrastructure error: %s\n", e.what());
+    return static_cast<int>(bih::ExitCode::infrastructure);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bih: internal error: %s\n", e.what());
+    return static_cast<int>(bih::ExitCode::infrastructure);
+  } catch (...) {
+    // The driver's interruption (SIGINT/SIGTERM) escaping a verb that does not report it itself.
+    if (const int sig = bih::interrupt_signal(); sig != 0) {
+      std::fprintf(stderr, "bih: interrupted by %s\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      return 128 + sig;
+    }
+    std::fprintf(stderr, "bih: internal error: an unknown exception\n");
+    return static_cast<int>(bih::ExitCode::infrastructure);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -61,23 +92,28 @@ int main(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : static_cast<int>(bih::ExitCode::usage_error);
   }
-#if defined(BIH_HAVE_CUDA)
-  bih::set_gpu_environment_provider(bih::cuda::gpu_environment);
-  bih::cuda::register_cuda_backend();
-#endif
+  const bih::cli::Command* chosen = nullptr;
+  for (const auto& command : commands) {
+    if (*command.app) chosen = &command;
+  }
+  if (chosen == nullptr) return 0;
+  // Verbs that start processes own everything below them (base/process_tree.hpp): `run` and
+  // `bisect` behind a guardian, the worker as the subreaper of its adapter's tree.
+  const std::string verb = chosen->app->get_name();
+  const bool guarded = verb == "run" || verb == "bisect";
+  const bool owns_tree = guarded || verb == "worker";
   try {
-    for (const auto& command : commands) {
-      if (*command.app) return command.run();
+    if (guarded) {
+      bih::start_guardian();  // before any thread exists
+      bih::install_interrupt_handlers();
+    } else if (owns_tree) {
+      bih::become_subreaper();
     }
-  } catch (const bih::InputError& e) {
-    std::fprintf(stderr, "bih: error: %s\n", e.what());
-    return static_cast<int>(bih::ExitCode::usage_error);
   } catch (const bih::InfraError& e) {
     std::fprintf(stderr, "bih: infrastructure error: %s\n", e.what());
     return static_cast<int>(bih::ExitCode::infrastructure);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bih: internal error: %s\n", e.what());
-    return static_cast<int>(bih::ExitCode::infrastructure);
   }
-  return 0;
+  const int code = run_verb(*chosen);
+  if (owns_tree) bih::kill_descendants();
+  return code;
 }

@@ -30,14 +30,35 @@ std::string join_words(const std::vector<std::string>& words) {
   return out;
 }
 
+// How long an adapter may take to exit after the shutdown message before it is killed.
+constexpr double kShutdownGraceS = 10;
+
 class CommandEngine : public TestedEngine {
  public:
   CommandEngine(const Scenario& s, const std::string& work_dir) : scenario_(s) {
     reply_timeout_s_ = s.engine.reply_timeout_s > 0 ? s.engine.reply_timeout_s : 0.9 * s.timeout_s;
+    // Why first: the driver shows the first 400 characters of the worker's last words.
+    const auto cannot_start = [&](const InfraError& e) {
+      std::string command = join_words(s.engine.command);
+      if (command.size() > 300) command = command.substr(0, 300) + "...";
+      return InfraError(fmt::format(
+          "engine {}: its adapter cannot start: {} (engine.command [{}]{})", s.engine.name,
+          e.what(), command, s.engine.cwd.empty() ? "" : ", engine.cwd " + s.engine.cwd));
+    };
+    // Checked before the model is handed off; the scenario's reason says it on its first line.
+    try {
+      LineProcess::check_startable(s.engine.command, s.engine.cwd, s.engine.env);
+    } catch (const InfraError& e) {
+      throw cannot_start(e);
+    }
     model_ = hand_off_model(s);
     const std::string log =
         (std::filesystem::path(work_dir) / fmt::format("adapter-{}.log", getpid())).string();
-    process_ = std::make_unique<LineProcess>(s.engine.command, s.engine.cwd, s.engine.env, log);
+    try {
+      process_ = std::make_unique<LineProcess>(s.engine.command, s.engine.cwd, s.engine.env, log);
+    } catch (const InfraError& e) {
+      throw cannot_start(e);
+    }
     identity_.kind = "command";
     identity_.details = {{"command", s.engine.command},   {"cwd", s.engine.cwd},
                          {"env", s.engine.env},           {"options", s.engine.options},
@@ -47,6 +68,11 @@ class CommandEngine : public TestedEngine {
     const protocol::Limits limits{
         *std::max_element(s.plan.batch_sizes.begin(), s.plan.batch_sizes.end()),
         s.plan.max_model_len, s.plan.max_tokens};
+    // The longest line a reply to this plan can need (a result holds every token and value of a
+    // batch, far under 128 bytes each): a flood is cut there instead of filling memory.
+    max_line_bytes_ = (size_t{32} << 20) +
+                      size_t{128} * static_cast<size_t>(limits.max_batch) * s.plan.max_tokens;
+    process_->set_max_line_bytes(max_line_bytes_);
     send(protocol::init_message(model_, knobs, s.engine.options, limits), "init");
     const json answer = receive("its hello (the answer to init)", {});
     const std::string type = answer["type"];
@@ -99,8 +125,8 @@ class CommandEngine : public TestedEngine {
   void shutdown() override {
     if (!process_ || shut_down_) return;
     shut_down_ = true;
-    process_->write_line(protocol::shutdown_message().dump());
-    process_->finish(10);
+    process_->write_line(protocol::shutdown_message().dump(), 2);
+    identity_.details["shutdown"] = process_->finish(kShutdownGraceS);
   }
 
  private:
@@ -143,7 +169,15 @@ class CommandEngine : public TestedEngine {
   }
 
   void send(const json& message, const std::string& what) {
-    if (!process_->write_line(message.dump())) fail("stopped reading before the " + what);
+    switch (process_->write_line(message.dump(), reply_timeout_s_)) {
+      case LineProcess::WriteStatus::written:
+        return;
+      case LineProcess::WriteStatus::timeout:
+        fail(fmt::format("did not read the {} within {:.0f} s (engine.reply_timeout_s)", what,
+                         reply_timeout_s_));
+      case LineProcess::WriteStatus::closed:
+        fail("stopped reading before the " + what);
+    }
   }
 
   // The next message other than progress; fails on a closed stdout, a timeout or a non-message.
@@ -161,6 +195,12 @@ class CommandEngine : public TestedEngine {
           fail("closed its stdout while bih waited for " + waiting_for);
         case LineProcess::ReadStatus::line:
           break;
+      }
+      if (process_->last_line_cut()) {
+        fail(
+            fmt::format("wrote a line of more than {} bytes (the most a reply to this plan can "
+                        "need) while bih waited for {}: {}",
+                        max_line_bytes_, waiting_for, protocol::quote_text(line, 80)));
       }
       if (line.empty()) continue;
       json message;
@@ -185,6 +225,7 @@ class CommandEngine : public TestedEngine {
   EngineIdentity identity_;
   double reply_timeout_s_ = 0;
   int64_t next_id_ = 1;
+  size_t max_line_bytes_ = 0;
   bool step_stats_ = false;
   bool shut_down_ = false;
 };

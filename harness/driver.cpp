@@ -14,6 +14,7 @@
 #include "base/child_process.hpp"
 #include "base/errors.hpp"
 #include "base/folder_lock.hpp"
+#include "base/process_tree.hpp"
 #include "engines/bih_engine.hpp"
 #include "engines/registry.hpp"
 #include "harness/environment.hpp"
@@ -193,6 +194,9 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     for (int r = 1; r < processes; ++r) threads.emplace_back(run_rank, r);
     run_rank(0);
     for (auto& t : threads) t.join();
+    // A worker killed at its timeout (or one that crashed) leaves its adapter's tree to us, the
+    // subreaper: nothing a scenario started survives into the next one.
+    if (is_subreaper()) kill_descendants();
     // The root cause: the first rank that failed on its own, not one stopped for a peer.
     for (int r = 0; r < processes; ++r) {
       if (results[r].ok() || results[r].cancelled) continue;
@@ -292,6 +296,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     const ChildResult r =
         run_child({exe, "explain", done.report_path}, err_file, scenario.timeout_s,
                   [&](const std::string& line) { text += line + "\n"; });
+    if (is_subreaper()) kill_descendants();
     if (r.interrupted)
       done.localization = "not localized: bih was interrupted\n";
     else

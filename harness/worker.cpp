@@ -178,7 +178,11 @@ int run_worker(const WorkerArgs& args) {
                                    {"prefix_hit_tokens", stats.prefix_hit_tokens},
                                    {"cache", spec.cache}});
   }
+  // Not a silent wait: an adapter may take its grace period to exit, and how it ended is recorded
+  // (engine.shutdown in the report for an adapter).
+  progress("shutting down the engine");
   engine->shutdown();
+  meta["engine"]["details"] = engine->identity().details;
   if (!writer) return 0;
   write_file_atomically(
       (std::filesystem::path(args.work_dir) / (args.fresh ? "meta-fresh.json" : "meta.json"))
