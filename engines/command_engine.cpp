@@ -34,7 +34,8 @@ class CommandEngine : public TestedEngine {
  public:
   CommandEngine(const Scenario& s, const std::string& work_dir) : scenario_(s) {
     reply_timeout_s_ = s.engine.reply_timeout_s > 0 ? s.engine.reply_timeout_s : 0.9 * s.timeout_s;
-    model_ = hand_off_model(s);
+    std::string cache_notice;
+    model_ = hand_off_model(s, &cache_notice);
     const std::string log =
         (std::filesystem::path(work_dir) / fmt::format("adapter-{}.log", getpid())).string();
     process_ = std::make_unique<LineProcess>(s.engine.command, s.engine.cwd, s.engine.env, log);
@@ -46,6 +47,7 @@ class CommandEngine : public TestedEngine {
                          {"model_format", model_.format},
                          {"model_path", model_.path},
                          {"model_content", handed_off_content(model_)}};
+    if (!cache_notice.empty()) identity_.details["model_cache_notice"] = cache_notice;
 
     json knobs = s.knobs_json();
     const protocol::Limits limits{

@@ -186,7 +186,7 @@ std::string cache_entry_mismatch(const std::string& entry) {
          " describes (sizes or digests differ)";
 }
 
-protocol::ModelHandle hand_off_model(const Scenario& s) {
+protocol::ModelHandle hand_off_model(const Scenario& s, std::string* notice) {
   protocol::ModelHandle h;
   h.format = s.engine.model_format;
   h.config = model_config(s);
@@ -212,8 +212,10 @@ protocol::ModelHandle hand_off_model(const Scenario& s) {
     if (fs::exists(target)) {
       const std::string mismatch = cache_entry_mismatch(target.string());
       if (mismatch.empty()) return h;
-      std::fprintf(stderr, "bih: the cached model %s %s; exporting it again\n",
-                   target.string().c_str(), mismatch.c_str());
+      const std::string text =
+          "the cached model " + target.string() + " " + mismatch + "; exporting it again";
+      std::fprintf(stderr, "bih: %s\n", text.c_str());
+      if (notice != nullptr) *notice = text;
       discard(target);
     }
     export_entry(s, target);

@@ -26,8 +26,11 @@ namespace bih {
 // when it cannot be created, InputError when its path is not UTF-8 (paths travel in JSON).
 std::string bih_cache_dir();
 
-// The model for scenario s in s.engine.model_format. Throws InputError / InfraError.
-protocol::ModelHandle hand_off_model(const Scenario& s);
+// The model for scenario s in s.engine.model_format. Throws InputError / InfraError. When a
+// cache entry did not match its record and was exported again, says why on stderr and, if
+// `notice` is given, in *notice (the engine puts it in the report: a worker's stderr is kept
+// only when it fails).
+protocol::ModelHandle hand_off_model(const Scenario& s, std::string* notice = nullptr);
 
 // Why the cache entry at `entry` does not match its record (NAME.verify.json): "" when it matches.
 std::string cache_entry_mismatch(const std::string& entry);

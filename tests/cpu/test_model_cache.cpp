@@ -103,6 +103,24 @@ TEST_F(ModelCache, AnAlteredGgufEntryIsExportedAgain) {
   EXPECT_TRUE(read_all(h.path) == original) << "the entry is the export again, bit for bit";
 }
 
+TEST_F(ModelCache, TheReportSaysTheEntryWasExportedAgain) {
+  std::ofstream(dir_ / "s.json") << scenario_json("gguf", 0).dump();
+  auto run = [&](const std::string& out) {
+    const auto r = run_bih({"run", (dir_ / "s.json").string(), "--out", (dir_ / out).string()});
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return read_json_file(report_files(dir_ / out).at(0).string());
+  };
+  const json first = run("a");
+  EXPECT_FALSE(first["engine"].contains("model_cache_notice")) << first["engine"].dump();
+  const std::string path = first["engine"]["model_path"];
+  std::ofstream(path, std::ios::binary | std::ios::app) << "x";  // one byte more
+  const json second = run("b");
+  const std::string notice = second["engine"].value("model_cache_notice", std::string());
+  EXPECT_NE(notice.find("exporting it again"), std::string::npos) << second["engine"].dump();
+  EXPECT_EQ(second["model"]["weights_hash"], first["model"]["weights_hash"]);
+  EXPECT_EQ(second["engine"]["model_content"], first["engine"]["model_content"]);
+}
+
 TEST_F(ModelCache, AnHfEntryWithAnExtraOrMissingFileOrNoRecordIsExportedAgain) {
   const Scenario s = scenario("hf");
   const auto h = hand_off_model(s);
