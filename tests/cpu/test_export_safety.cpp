@@ -124,6 +124,7 @@ class GgufNarrowing : public ExportSafety {
  protected:
   // A tiny checkpoint whose config.json gets `key` = `value` (rope_theta at both places).
   testing::BihResult export_with(const std::string& key, double value) {
+    fs::remove_all(path("ckpt"));  // an export refuses a non-empty folder
     EXPECT_EQ(
         run_bih({"export", "--preset", "tiny", "--format", "hf", "--out", path("ckpt")}).exit_code,
         0);
