@@ -464,9 +464,12 @@ ModelConfig model_config(const Scenario& s, const Cursor& at) {
       at.at("model").at("path").fail(std::string("bad model config: ") + e.what(), valid);
     }
     // The weights against the config now, before any check that uses the config's sizes: a
-    // num_hidden_layers far beyond the weights is the checkpoint's fault, not the plan's.
+    // num_hidden_layers far beyond the weights is the checkpoint's fault, not the plan's. A
+    // folder with no weights yet (config only: listing, ids) is left to the run's own check.
+    const fs::path dir(s.model.path);
     try {
-      validate_checkpoint(s.model.path);
+      if (fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"))
+        validate_checkpoint(s.model.path);
     } catch (const std::exception& e) {
       at.at("model").at("path").fail(
           std::string("bad checkpoint: ") + e.what(),
