@@ -1,4 +1,5 @@
 // cmd_export.cpp: `bih export`: a preset's synthetic weights, or a checkpoint, as HF or GGUF.
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -24,7 +25,8 @@ constexpr const char* kFooter = R"(Examples:
 hf writes a folder (config.json + model.safetensors, bf16); gguf writes one GGUF v3 file that
 llama.cpp loads as qwen3 (bf16 matrices, f32 norms, a synthetic SPM vocabulary: 0 <unk>, 1 <s>,
 2 </s>, 3..258 the byte tokens, then "\u2581t<id>"). Exports of the same weights carry the same
-weights hash.)";
+weights hash. An export never deletes anything; without --force it refuses a non-empty folder
+or an existing file.)";
 
 std::string list_presets() {
   std::string out;
@@ -32,23 +34,37 @@ std::string list_presets() {
   return out;
 }
 
-// Bytes under `path`: the file, or every regular file below the folder.
-uint64_t bytes_written(const std::string& path) {
+// Bytes the export wrote: the file, or the files it writes into the folder (others may be there
+// with --force).
+uint64_t bytes_written(const std::string& path, ExportFormat format) {
   namespace fs = std::filesystem;
-  if (fs::is_regular_file(path)) return fs::file_size(path);
+  if (format == ExportFormat::gguf) return fs::file_size(path);
   uint64_t total = 0;
-  for (const auto& e : fs::recursive_directory_iterator(path)) {
-    if (e.is_regular_file()) total += e.file_size();
-  }
+  for (const std::string& name : export_file_names(format))
+    total += fs::file_size(fs::path(path) / name);
   return total;
+}
+
+// --seed as the integer it must be: CLI11 would take -1 (and 2^64, saturated) as 2^64-1.
+uint64_t parse_seed(const std::string& text) {
+  const std::string valid = "valid: an integer in 0..18446744073709551615";
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw InputError("--seed '" + text + "' is not a non-negative integer; " + valid);
+  }
+  uint64_t seed = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seed);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    throw InputError("--seed '" + text + "' is out of range; " + valid);
+  }
+  return seed;
 }
 
 }  // namespace
 
 Command add_export_command(CLI::App& app) {
   struct Args {
-    std::string preset, model, format, out, norm_weights = "ones";
-    uint64_t seed = 0;
+    std::string preset, model, format, out, norm_weights = "ones", seed = "0";
+    bool force = false;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -66,6 +82,9 @@ Command add_export_command(CLI::App& app) {
   cmd->add_option("--format", args->format, "hf (a checkpoint folder) or gguf (one file)")
       ->required();
   cmd->add_option("--out", args->out, "Folder (hf) or file (gguf) to write")->required();
+  cmd->add_flag("--force", args->force,
+                "Write into a non-empty folder (replacing config.json, generation_config.json and "
+                "model.safetensors; other files are kept) or over an existing GGUF file");
   cmd->footer(kFooter);
   return {cmd, [args, cmd] {
             const bool has_preset = cmd->count("--preset") > 0;
@@ -99,7 +118,7 @@ Command add_export_command(CLI::App& app) {
                 throw InputError("--preset '" + args->preset +
                                  "' is unknown; valid: " + list_presets());
               }
-              weights = synthetic_weights(*config, args->seed, *norms);
+              weights = synthetic_weights(*config, parse_seed(args->seed), *norms);
             } else {
               if (!std::filesystem::is_directory(args->model)) {
                 throw InputError(args->model, "",
@@ -108,11 +127,13 @@ Command add_export_command(CLI::App& app) {
               }
               weights = load_checkpoint(args->model);
             }
-            export_model(weights, *format, args->out);
+            export_model(
+                weights, *format, args->out,
+                args->force ? ExistingDestination::replace_own_files : ExistingDestination::refuse);
             std::printf("wrote %s %s: %zu tensors, %llu bytes, weights hash %s\n",
                         export_format_name(*format), args->out.c_str(),
                         tensor_specs(weights.config).size(),
-                        static_cast<unsigned long long>(bytes_written(args->out)),
+                        static_cast<unsigned long long>(bytes_written(args->out, *format)),
                         weights_hash(weights).c_str());
             return 0;
           }};

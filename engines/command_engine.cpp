@@ -51,7 +51,8 @@ class CommandEngine : public TestedEngine {
     } catch (const InfraError& e) {
       throw cannot_start(e);
     }
-    model_ = hand_off_model(s);
+    std::string cache_notice;
+    model_ = hand_off_model(s, &cache_notice);
     const std::string log =
         (std::filesystem::path(work_dir) / fmt::format("adapter-{}.log", getpid())).string();
     try {
@@ -60,9 +61,14 @@ class CommandEngine : public TestedEngine {
       throw cannot_start(e);
     }
     identity_.kind = "command";
-    identity_.details = {{"command", s.engine.command},   {"cwd", s.engine.cwd},
-                         {"env", s.engine.env},           {"options", s.engine.options},
-                         {"model_format", model_.format}, {"model_path", model_.path}};
+    identity_.details = {{"command", s.engine.command},
+                         {"cwd", s.engine.cwd},
+                         {"env", s.engine.env},
+                         {"options", s.engine.options},
+                         {"model_format", model_.format},
+                         {"model_path", model_.path},
+                         {"model_content", handed_off_content(model_)}};
+    if (!cache_notice.empty()) identity_.details["model_cache_notice"] = cache_notice;
 
     json knobs = s.knobs_json();
     const protocol::Limits limits{
@@ -101,7 +107,8 @@ class CommandEngine : public TestedEngine {
   const EngineIdentity& identity() const override { return identity_; }
   EngineCapabilities capabilities() const override { return {false, true, step_stats_}; }
   int vocab_size() const override { return model_.config.vocab_size; }
-  std::string model_hash() override { return handed_off_weights_hash(scenario_); }
+  // From the bytes handed over, not the scenario's preset: a damaged or edited file shows.
+  std::string model_hash() override { return handed_off_weights_hash(model_); }
 
   std::vector<SequenceResult> generate(const std::vector<std::vector<int32_t>>& prompts,
                                        int max_tokens, GenerateStats* stats,

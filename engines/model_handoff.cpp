@@ -1,30 +1,33 @@
-// model_handoff.cpp: the model in the adapter's format, exported once and cached
-// (model_handoff.hpp).
+// model_handoff.cpp: the model in the adapter's format, exported once, cached and checked at every
+// reuse (model_handoff.hpp).
 #include "engines/model_handoff.hpp"
 
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 
+#include "base/atomic_file.hpp"
+#include "base/content_hash.hpp"
 #include "base/errors.hpp"
+#include "base/json_file.hpp"
 #include "engines/bih_engine.hpp"
 #include "models/export.hpp"
+#include "models/gguf.hpp"
 #include "models/weights.hpp"
 
 namespace bih {
 namespace fs = std::filesystem;
+using nlohmann::json;
 namespace {
 
 // Bumped whenever an exporter's output changes for the same weights.
 constexpr int kExportVersion = 1;
-
-void export_to(const ModelWeights& weights, const std::string& format, const std::string& path) {
-  export_model(weights, *parse_export_format(format), path);
-}
+constexpr const char* kRecordSchema = "bih.model-cache-entry/1";
+constexpr const char* kCacheHint = "set BIH_CACHE_DIR to a writable folder whose path is UTF-8";
 
 // What determines a checkpoint's bits, cheaply: its files' names, sizes and modification times.
 std::string checkpoint_fingerprint(const std::string& folder) {
@@ -51,6 +54,82 @@ std::string cache_name(const Scenario& s) {
                      checkpoint_fingerprint(s.model.path), kExportVersion, ext);
 }
 
+std::string record_path(const fs::path& entry) { return entry.string() + ".verify.json"; }
+
+// A path as JSON can carry it: bytes that are not UTF-8 become U+FFFD (for messages only).
+std::string printable(const std::string& path) {
+  return json(path).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+bool is_utf8(const std::string& text) {
+  try {
+    (void)json(text).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// Sizes and digests of a file, or of a folder's regular files by name.
+json content_of(const fs::path& path) {
+  if (!fs::is_directory(path)) {
+    const FileDigest d = digest_file(path.string());
+    return {{"bytes", d.bytes}, {"content_hash", d.hash}};
+  }
+  json files = json::object();
+  uint64_t total = 0;
+  for (const auto& e : fs::directory_iterator(path)) {
+    if (!e.is_regular_file()) {
+      files[e.path().filename().string()] = "not a regular file";
+      continue;
+    }
+    const FileDigest d = digest_file(e.path().string());
+    files[e.path().filename().string()] = {{"bytes", d.bytes}, {"content_hash", d.hash}};
+    total += d.bytes;
+  }
+  return {{"files", files}, {"bytes", total}};
+}
+
+// Moves a damaged entry out of the way (to a temp name, which remove_stale_temps would also
+// collect) and removes it.
+void discard(const fs::path& entry) {
+  const fs::path aside = entry.parent_path() / temp_name_for(entry.filename().string(), "discard");
+  std::error_code ec;
+  fs::rename(entry, aside, ec);
+  fs::remove_all(ec ? entry : aside, ec);
+}
+
+// Exports the scenario's model to `target` through a temp beside it and records its content.
+void export_entry(const Scenario& s, const fs::path& target) {
+  const fs::path models = target.parent_path();
+  const fs::path temp = models / temp_name_for(target.filename().string(), "export");
+  std::error_code ec;
+  fs::remove_all(temp, ec);
+  const auto weights = build_model(s);
+  try {
+    export_model(*weights, *parse_export_format(s.engine.model_format), temp.string());
+    // The record first, then the entry: an entry in place always has its record (a reader that
+    // finds the record without the entry exports again, which writes the same bits).
+    json record = content_of(temp);
+    record["schema"] = kRecordSchema;
+    write_file_atomically(record_path(target), record.dump(2) + "\n");
+  } catch (...) {
+    fs::remove_all(temp, ec);
+    throw;
+  }
+  fs::rename(temp, target, ec);
+  if (ec) {
+    // A concurrent run put its export there first (a folder is not renamed over): use it if it
+    // is sound.
+    const int error = ec.value();
+    fs::remove_all(temp, ec);
+    if (!fs::exists(target) || !cache_entry_mismatch(target.string()).empty()) {
+      throw InfraError("cannot move the exported model to " + target.string() + ": " +
+                       std::error_code(error, std::generic_category()).message());
+    }
+  }
+}
+
 }  // namespace
 
 std::string bih_cache_dir() {
@@ -65,15 +144,49 @@ std::string bih_cache_dir() {
     root = fs::temp_directory_path() / "bih-cache";
   }
   std::error_code ec;
+  root = fs::absolute(root, ec);
+  // The model's path travels in the engine protocol and the report, both JSON text.
+  if (!is_utf8(root.string())) {
+    throw InputError("bih's cache folder " + printable(root.string()) +
+                     " is not UTF-8 text, and the model's path in it must travel in JSON "
+                     "(engine protocol, report); valid: " +
+                     kCacheHint);
+  }
   fs::create_directories(root, ec);
   if (ec) {
     throw InfraError("cannot create bih's cache folder " + root.string() + ": " + ec.message() +
-                     " (set BIH_CACHE_DIR to a writable folder)");
+                     " (" + kCacheHint + ")");
   }
-  return fs::absolute(root).string();
+  return root.string();
 }
 
-protocol::ModelHandle hand_off_model(const Scenario& s) {
+std::string cache_entry_mismatch(const std::string& entry) {
+  json record;
+  try {
+    record = read_json_file(record_path(entry));
+  } catch (const std::exception& e) {
+    return "has no readable record " + record_path(entry) + " (" + e.what() + ")";
+  }
+  if (!record.is_object() || record.value("schema", std::string()) != kRecordSchema) {
+    return "has a record " + record_path(entry) + " that is not a " + kRecordSchema;
+  }
+  record.erase("schema");
+  json now;
+  try {
+    now = content_of(entry);
+  } catch (const std::exception& e) {
+    return std::string("cannot be read (") + e.what() + ")";
+  }
+  if (now == record) return "";
+  if (now.value("bytes", uint64_t{0}) != record.value("bytes", uint64_t{0})) {
+    return fmt::format("holds {} bytes, its record {}", now.value("bytes", uint64_t{0}),
+                       record.value("bytes", uint64_t{0}));
+  }
+  return "does not hold the bytes its record " + record_path(entry) +
+         " describes (sizes or digests differ)";
+}
+
+protocol::ModelHandle hand_off_model(const Scenario& s, std::string* notice) {
   protocol::ModelHandle h;
   h.format = s.engine.model_format;
   h.config = model_config(s);
@@ -81,31 +194,46 @@ protocol::ModelHandle hand_off_model(const Scenario& s) {
                               : s.model.path;
   if (!s.model.path.empty() && h.format == "hf") {
     h.path = s.model.path;
+    if (!is_utf8(h.path)) {
+      throw InputError("the checkpoint folder " + printable(h.path) +
+                       " is not UTF-8 text, and its path must travel in JSON (engine protocol, "
+                       "report); valid: a checkpoint folder whose path is UTF-8");
+    }
     return h;
   }
   const fs::path models = fs::path(bih_cache_dir()) / "models";
-  fs::create_directories(models);
   const fs::path target = models / cache_name(s);
   h.path = target.string();
-  if (fs::exists(target)) return h;
-  // Export beside the target, then rename: a concurrent run either wins the rename or finds the
-  // finished export; nobody ever sees half of one.
-  const fs::path temp = models / fmt::format(".{}.tmp-{}", target.filename().string(), getpid());
-  std::error_code ec;
-  fs::remove_all(temp, ec);
-  const auto weights = build_model(s);
-  export_to(*weights, h.format, temp.string());
-  fs::rename(temp, target, ec);
-  if (ec) {
-    fs::remove_all(temp);
-    if (!fs::exists(target)) {
-      throw InfraError("cannot move the exported model to " + target.string() + ": " +
-                       ec.message());
+  try {
+    std::error_code ec;
+    fs::create_directories(models, ec);
+    if (ec) throw InfraError("cannot create " + models.string() + ": " + ec.message());
+    remove_stale_temps(models.string());
+    if (fs::exists(target)) {
+      const std::string mismatch = cache_entry_mismatch(target.string());
+      if (mismatch.empty()) return h;
+      const std::string text =
+          "the cached model " + target.string() + " " + mismatch + "; exporting it again";
+      std::fprintf(stderr, "bih: %s\n", text.c_str());
+      if (notice != nullptr) *notice = text;
+      discard(target);
     }
+    export_entry(s, target);
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // A read-only or full cache: say which folder, and how to point bih at another.
+    throw InfraError(std::string(e.what()) + " (in bih's model cache " + models.string() + "; " +
+                     kCacheHint + ")");
   }
   return h;
 }
 
-std::string handed_off_weights_hash(const Scenario& s) { return weights_hash(*build_model(s)); }
+std::string handed_off_weights_hash(const protocol::ModelHandle& h) {
+  if (h.format == "gguf") return gguf_weights_hash(read_gguf(h.path), h.config);
+  return weights_hash(load_checkpoint(h.path));
+}
+
+json handed_off_content(const protocol::ModelHandle& h) { return content_of(h.path); }
 
 }  // namespace bih

@@ -6,6 +6,9 @@
 // value bih implements; anything else is refused by name, never replaced by a silent default.
 #include "models/config.hpp"
 
+#include <fmt/core.h>
+
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -288,8 +291,16 @@ ModelConfig load_config_json(const std::string& path) {
   }
   // Absent optional fields take Qwen3Config's defaults (transformers), as HF would load them.
   c.rope_theta = resolve_rope_theta(j, path);
-  c.rms_norm_eps =
-      static_cast<float>(positive_number_field(j, path, "rms_norm_eps").value_or(1e-6));
+  const double eps = positive_number_field(j, path, "rms_norm_eps").value_or(1e-6);
+  c.rms_norm_eps = static_cast<float>(eps);
+  // bih, HF's bf16 path and GGUF all hold the epsilon as float32: one that narrows to 0, a
+  // subnormal or inf would silently run another model.
+  if (!std::isnormal(c.rms_norm_eps)) {
+    throw InputError(path, "/rms_norm_eps",
+                     fmt::format("rms_norm_eps {} does not fit float32 (it would become {}); "
+                                 "valid: a value in 1.1754944e-38..3.4028235e38",
+                                 eps, c.rms_norm_eps));
+  }
   c.max_position_embeddings =
       int_field(j, path, "max_position_embeddings", false).value_or(c.max_position_embeddings);
   auto tie = j.find("tie_word_embeddings");

@@ -3,10 +3,12 @@
 #include "models/gguf.hpp"
 
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +17,9 @@
 #include <set>
 #include <stdexcept>
 
+#include "base/atomic_file.hpp"
 #include "base/errors.hpp"
+#include "models/safetensors.hpp"
 
 namespace bih {
 namespace {
@@ -78,74 +82,37 @@ class HeaderBuilder {
   }
 };
 
-// A file written through a hidden temp file next to it: commit() fsyncs and renames it into place;
-// destruction without commit() removes the temp file, so no failure leaves a partial GGUF.
-class AtomicOutput {
- public:
-  explicit AtomicOutput(const std::string& path) : target_(fs::absolute(fs::path(path))) {
-    std::error_code ec;
-    fs::create_directories(target_.parent_path(), ec);
-    if (ec) fail("creating its folder", ec.value());
-    std::random_device entropy;
-    for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-      std::string name = ".";
-      name += target_.filename().string();
-      name += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(entropy());
-      temp_ = (target_.parent_path() / name).string();
-      fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-      if (fd_ < 0 && errno != EEXIST) fail("creating a temp file in its folder", errno);
-    }
-    if (fd_ < 0) fail("creating a temp file in its folder", EEXIST);
-  }
-  AtomicOutput(const AtomicOutput&) = delete;
-  AtomicOutput& operator=(const AtomicOutput&) = delete;
-  ~AtomicOutput() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_.c_str());
-  }
+// Zero bytes up to the next multiple of `alignment`.
+void pad_to(AtomicFileWriter& out, uint64_t offset_now, uint64_t alignment) {
+  static const char zeros[64] = {};
+  out.write(zeros, align_up(offset_now, alignment) - offset_now);
+}
 
-  void write(const void* data, size_t size) {
-    const char* p = static_cast<const char*>(data);
-    while (size > 0) {
-      const ssize_t n = ::write(fd_, p, size);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        fail("writing the temp file", errno);
-      }
-      p += n;
-      size -= static_cast<size_t>(n);
-    }
+// A config value as the float32 GGUF stores: refused (InputError naming the field) when it does
+// not fit, or when narrowing would lose what makes it nonzero, since llama.cpp would then run
+// another model (freq_base inf, epsilon 0) without a word.
+float checked_float32(const ModelConfig& c, const std::string& field, double value) {
+  const float narrowed = static_cast<float>(value);
+  std::string why;
+  if (!std::isfinite(value)) {
+    why = "is not finite";
+  } else if (!std::isfinite(narrowed)) {
+    why = "overflows float32 (largest finite 3.4028235e38)";
+  } else if (value != 0 && (narrowed == 0 || !std::isnormal(narrowed))) {
+    why = "underflows float32 (smallest normal 1.1754944e-38)";
   }
-  void pad_to(uint64_t offset_now, uint64_t alignment) {
-    static const char zeros[64] = {};
-    write(zeros, align_up(offset_now, alignment) - offset_now);
-  }
-  void commit() {
-    if (::fsync(fd_) != 0) fail("flushing the temp file to disk", errno);
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("closing the temp file", errno);
-    if (::rename(temp_.c_str(), target_.c_str()) != 0)
-      fail("renaming the temp file over it", errno);
-    committed_ = true;
-    const int dir_fd = ::open(target_.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir_fd >= 0) {  // durability of the rename; the file is in place either way
-      ::fsync(dir_fd);
-      ::close(dir_fd);
-    }
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& step, int error) const {
-    throw InfraError("cannot write " + target_.string() + ": " + step + ": " +
-                     std::strerror(error));
-  }
-
-  fs::path target_;
-  std::string temp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
+  if (why.empty()) return narrowed;
+  // A checkpoint's config is named by its folder; the field is in its config.json.
+  std::error_code ec;
+  const std::string file = c.name.empty() ? std::string("the model config")
+                           : fs::is_directory(c.name, ec)
+                               ? (fs::path(c.name) / "config.json").string()
+                               : c.name;
+  throw InputError(file, "/" + field,
+                   fmt::format("{} {} {}: GGUF stores it as float32; valid: a finite value "
+                               "whose magnitude is in 1.1754944e-38..3.4028235e38",
+                               field, value, why));
+}
 
 struct PlannedTensor {
   std::string name;            // llama.cpp's
@@ -172,8 +139,9 @@ void add_model_metadata(HeaderBuilder& h, const ModelConfig& c) {
   // llama.cpp defaults the rope width to hidden / heads, which is not head_dim for every Qwen3
   // (0.6B: 1024 / 16 = 64, head_dim 128); Qwen3 rotates the whole head.
   h.kv_u32("qwen3.rope.dimension_count", static_cast<uint32_t>(c.head_dim));
-  h.kv_f32("qwen3.rope.freq_base", static_cast<float>(c.rope_theta));
-  h.kv_f32("qwen3.attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  h.kv_f32("qwen3.rope.freq_base", checked_float32(c, "rope_theta", c.rope_theta));
+  h.kv_f32("qwen3.attention.layer_norm_rms_epsilon",
+           checked_float32(c, "rms_norm_eps", c.rms_norm_eps));
 }
 
 void add_tokenizer_metadata(HeaderBuilder& h, int vocab_size) {
@@ -450,11 +418,11 @@ void write_gguf(const ModelWeights& weights, const std::string& path) {
   head.raw<uint64_t>(planned.size());
   head.raw<uint64_t>(kv.kv_count);
 
-  AtomicOutput out(path);
+  AtomicFileWriter out(path);
   out.write(head.bytes.data(), head.bytes.size());
   out.write(kv.bytes.data(), kv.bytes.size());
   out.write(infos.bytes.data(), infos.bytes.size());
-  out.pad_to(head.bytes.size() + kv.bytes.size() + infos.bytes.size(), kAlignment);
+  pad_to(out, head.bytes.size() + kv.bytes.size() + infos.bytes.size(), kAlignment);
   std::vector<float> widened;
   for (const PlannedTensor& t : planned) {
     if (t.type == GgmlType::f32) {
@@ -464,9 +432,46 @@ void write_gguf(const ModelWeights& weights, const std::string& path) {
     } else {
       out.write(t.data->data(), t.byte_size);
     }
-    out.pad_to(t.offset + t.byte_size, kAlignment);
+    pad_to(out, t.offset + t.byte_size, kAlignment);
   }
   out.commit();
+}
+
+std::string gguf_weights_hash(const GgufFile& file, const ModelConfig& config) {
+  WeightsHasher hasher;
+  std::vector<bf16> values;
+  for (const TensorSpec& spec : tensor_specs(config)) {
+    const std::string name = gguf_tensor_name(spec.name);
+    const GgufTensorInfo* info = file.find_tensor(name);
+    if (info == nullptr) throw InputError(file.path, "", "no tensor named '" + name + "'");
+    const std::vector<uint64_t> dims(spec.shape.rbegin(), spec.shape.rend());
+    if (info->dims != dims) {
+      throw InputError(file.path, "", "tensor '" + name + "' does not have the config's shape");
+    }
+    const std::string bytes = file.tensor_bytes(name);
+    const uint64_t count = spec.element_count();
+    values.resize(count);
+    if (info->type == GgmlType::bf16 && bytes.size() == 2 * count) {
+      std::memcpy(values.data(), bytes.data(), bytes.size());
+    } else if (info->type == GgmlType::f32 && bytes.size() == 4 * count) {
+      for (uint64_t i = 0; i < count; ++i) {
+        float f;
+        std::memcpy(&f, bytes.data() + 4 * i, 4);
+        values[i] = to_bf16(f);
+      }
+    } else if (info->type == GgmlType::f16 && bytes.size() == 2 * count) {
+      for (uint64_t i = 0; i < count; ++i) {
+        uint16_t h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        values[i] = to_bf16(half_bits_to_float(h));
+      }
+    } else {
+      throw InputError(file.path, "", "tensor '" + name + "' has an unexpected type or size");
+    }
+    hasher.begin_tensor(spec.name, spec.shape);
+    hasher.absorb_values(values.data(), values.size());
+  }
+  return hasher.digest();
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {

@@ -111,6 +111,12 @@ inline constexpr int kSyntheticBosId = 1;
 inline constexpr int kSyntheticEosId = 2;
 VocabToken synthetic_vocab_token(int id);
 
+// weights_hash of the weights stored in `file`, read as bih reads them: every tensor of
+// tensor_specs(config) by its llama.cpp name, its dims checked against the HF shape reversed,
+// BF16 bits as they are, F32 (norms) and F16 rounded to bf16. What a GGUF handed to an engine
+// holds, for the report. Throws InputError naming the tensor when one is missing or mis-shaped.
+std::string gguf_weights_hash(const GgufFile& file, const ModelConfig& config);
+
 // Writes `weights` to `path` as GGUF v3 (through a temp file in the same folder, renamed into
 // place; nothing half-written is ever left at `path`). Throws InputError for a vocabulary smaller
 // than kSyntheticVocabMinSize, InfraError when the file cannot be written.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "base/atomic_file.hpp"
 #include "base/errors.hpp"
 #include "base/json_text.hpp"
 
@@ -287,25 +288,16 @@ void write_safetensors_bf16(const std::string& path, const std::vector<TensorToW
   // Pad with spaces so the data section starts 8-byte aligned (the format allows trailing space).
   while ((8 + text.size()) % 8 != 0) text += ' ';
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InfraError("cannot write " + tmp);
-    unsigned char length_bytes[8];
-    uint64_t n = text.size();
-    for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(length_bytes), 8);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (const TensorToWrite& t : tensors) {
-      out.write(reinterpret_cast<const char*>(t.data->data()),
-                static_cast<std::streamsize>(2 * t.data->size()));
-    }
-    out.flush();
-    if (!out) throw InfraError("failed while writing " + tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InfraError("cannot rename " + tmp + " to " + path + ": " + ec.message());
+  // Through a hidden temp file renamed into place: a full disk or a crash leaves no partial file
+  // at `path` and no partial temp file at all (AtomicFileWriter removes it on failure).
+  AtomicFileWriter out(path);
+  unsigned char length_bytes[8];
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(length_bytes, 8);
+  out.write(text.data(), text.size());
+  for (const TensorToWrite& t : tensors) out.write(t.data->data(), 2 * t.data->size());
+  out.commit();
 }
 
 }  // namespace bih

@@ -12,8 +12,10 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "base/atomic_file.hpp"
 #include "base/errors.hpp"
 #include "base/json_file.hpp"
 #include "models/safetensors.hpp"
@@ -238,6 +240,51 @@ ModelWeights synthetic_weights(const ModelConfig& config, uint64_t seed, NormIni
 
 namespace {
 
+// The decoder layer of an HF tensor name ("model.layers.3.mlp.up_proj.weight" -> 3).
+std::optional<long> layer_index(const std::string& name) {
+  static const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  size_t i = prefix.size();
+  long layer = 0;
+  const size_t first = i;
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9' && i - first < 9) {
+    layer = layer * 10 + (name[i++] - '0');
+  }
+  if (i == first || i >= name.size() || name[i] != '.') return std::nullopt;
+  return layer;
+}
+
+// num_hidden_layers against the layers the weights hold, both ways: fewer layers in the config
+// would run (and export) a truncated model without a word; more would be found missing tensor by
+// tensor, or blamed on the KV cache's size before the weights are even looked at.
+void check_layer_count(const std::vector<std::string>& names, int num_layers,
+                       const std::string& config_file) {
+  long held = 0;  // 1 + the highest layer index present
+  std::vector<std::string> extra;
+  for (const std::string& name : names) {
+    const auto layer = layer_index(name);
+    if (!layer) continue;
+    held = std::max(held, *layer + 1);
+    if (*layer >= num_layers) extra.push_back(name);
+  }
+  if (!extra.empty()) {
+    std::string list;
+    for (size_t i = 0; i < extra.size() && i < 3; ++i) list += (i ? ", " : "") + extra[i];
+    if (extra.size() > 3) list += fmt::format(" and {} more", extra.size() - 3);
+    throw InputError(config_file, "/num_hidden_layers",
+                     fmt::format("num_hidden_layers is {}, but the weights hold {} layers: {} "
+                                 "extra tensor(s) would be ignored ({}); valid: num_hidden_layers "
+                                 "{}, or weights without the extra layers",
+                                 num_layers, held, extra.size(), list, held));
+  }
+  if (held < num_layers) {
+    throw InputError(config_file, "/num_hidden_layers",
+                     fmt::format("num_hidden_layers is {}, but the weights hold only {} layers "
+                                 "(no model.layers.{}.* tensor); valid: num_hidden_layers {}",
+                                 num_layers, held, held, held));
+  }
+}
+
 // Opens the checkpoint's config and safetensors headers and checks every tensor the config
 // needs; reads the tensors' bytes only when `read` is set. One walk for loading and validating,
 // so that a checkpoint validate_checkpoint passes is one load_checkpoint reads.
@@ -277,6 +324,14 @@ ModelWeights open_checkpoint(const std::string& folder, bool read) {
     if (!f) f = std::make_unique<SafetensorsFile>(path);
     return *f;
   };
+  std::vector<std::string> names;
+  if (sharded) {
+    for (const auto& [name, file] : file_of) names.push_back(name);
+  } else {
+    for (const auto& [name, entry] : file_for(single_path.string()).entries())
+      names.push_back(name);
+  }
+  check_layer_count(names, w.config.num_layers, (dir / "config.json").string());
   for (auto& t : tensor_list(w)) {
     std::string path = single_path.string();
     if (sharded) {
@@ -348,9 +403,7 @@ void save_checkpoint(const ModelWeights& weights, const std::string& folder,
                                      {"transformers_version", kTransformersVersion}};
   for (const auto& [name, json] :
        {std::pair{"config.json", &config}, std::pair{"generation_config.json", &generation}}) {
-    std::ofstream out(dir / name);
-    out << json->dump(2) << "\n";
-    if (!out) throw InfraError("cannot write " + (dir / name).string());
+    write_file_atomically((dir / name).string(), json->dump(2) + "\n");
   }
 
   std::vector<TensorToWrite> all;
@@ -383,11 +436,7 @@ void save_checkpoint(const ModelWeights& weights, const std::string& folder,
   }
   nlohmann::ordered_json index = {{"metadata", {{"total_size", total_bytes}}},
                                   {"weight_map", weight_map}};
-  {
-    std::ofstream out(dir / "model.safetensors.index.json");
-    out << index.dump(2) << "\n";
-    if (!out) throw InfraError("cannot write the index in " + folder);
-  }
+  write_file_atomically((dir / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   fs::remove(dir / "model.safetensors", ec);  // the index names the files; drop a stale single
 }
 

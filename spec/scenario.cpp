@@ -9,6 +9,7 @@
 
 #include "base/edit_distance.hpp"
 #include "models/config.hpp"
+#include "models/weights.hpp"
 #include "spec/scenario_file.hpp"
 #include "spec/size_bounds.hpp"
 
@@ -455,12 +456,27 @@ ModelConfig model_config(const Scenario& s, const Cursor& at) {
     if (!fs::is_regular_file(config_path)) {
       at.at("model").at("path").fail("'" + config_path + "' does not exist", valid);
     }
+    ModelConfig config;
     try {
-      return load_config_json(config_path);
+      config = load_config_json(config_path);
     } catch (const std::exception& e) {
       // A checkpoint's config.json is user input too, whatever the parser threw.
       at.at("model").at("path").fail(std::string("bad model config: ") + e.what(), valid);
     }
+    // The weights against the config now, before any check that uses the config's sizes: a
+    // num_hidden_layers far beyond the weights is the checkpoint's fault, not the plan's. A
+    // folder with no weights yet (config only: listing, ids) is left to the run's own check.
+    const fs::path dir(s.model.path);
+    try {
+      if (fs::exists(dir / "model.safetensors") || fs::exists(dir / "model.safetensors.index.json"))
+        validate_checkpoint(s.model.path);
+    } catch (const std::exception& e) {
+      at.at("model").at("path").fail(
+          std::string("bad checkpoint: ") + e.what(),
+          "a checkpoint whose safetensors match its config.json (re-download or re-export it, "
+          "e.g. bih export --model SRC --format hf --out DIR)");
+    }
+    return config;
   }
   auto config = preset_config(s.model.preset);
   if (!config) {
