@@ -12,6 +12,7 @@
 
 #include "base/errors.hpp"
 #include "base/json_file.hpp"
+#include "harness/expectations.hpp"
 
 namespace bih {
 namespace {
@@ -97,6 +98,17 @@ std::string utc_now_iso8601() {
   return buffer;
 }
 
+// check_expectation's met or missed; null where nothing was expected or nothing could be checked
+// here (unsupported against a declared verdict), as the run's table and the gate count it.
+namespace {
+json expect_met(const ReportInput& in) {
+  if (!in.expect) return json();
+  const ExpectationCheck check = check_expectation(in.verdict, Expected{*in.expect, true, false});
+  if (check == ExpectationCheck::unchecked) return json();
+  return check == ExpectationCheck::met;
+}
+}  // namespace
+
 nlohmann::json make_report(const ReportInput& in) {
   json generations = json::array();
   for (const GenerationTiming& g : in.generations) generations.push_back(to_json(g));
@@ -112,7 +124,7 @@ nlohmann::json make_report(const ReportInput& in) {
                  {"verdict", to_string(in.verdict)},
                  {"reason", in.reason.empty() ? json() : json(in.reason)},
                  {"expect", in.expect ? json(to_string(*in.expect)) : json()},
-                 {"expect_met", in.expect ? json(*in.expect == in.verdict) : json()},
+                 {"expect_met", expect_met(in)},
                  {"wall_s", in.wall_s},
                  {"created_at", in.created_at.empty() ? utc_now_iso8601() : in.created_at}};
   if (in.engine.is_object()) report["engine"] = in.engine;
