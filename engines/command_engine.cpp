@@ -9,6 +9,7 @@
 #include "base/child_process.hpp"
 #include "base/errors.hpp"
 #include "base/line_process.hpp"
+#include "base/utf8.hpp"
 #include "engines/engine_protocol.hpp"
 #include "engines/model_handoff.hpp"
 #include "engines/registry.hpp"
@@ -35,6 +36,13 @@ class CommandEngine : public TestedEngine {
   CommandEngine(const Scenario& s, const std::string& work_dir) : scenario_(s) {
     reply_timeout_s_ = s.engine.reply_timeout_s > 0 ? s.engine.reply_timeout_s : 0.9 * s.timeout_s;
     model_ = hand_off_model(s);
+    if (!is_valid_utf8(model_.path)) {
+      // init is JSON, which holds only UTF-8: the adapter could not be told where the model is.
+      throw InfraError(fmt::format(
+          "engine {}: the model's path '{}' is not valid UTF-8, so init (JSON) cannot carry it; "
+          "valid: a UTF-8 path (set BIH_CACHE_DIR to a folder whose name is UTF-8)",
+          s.engine.name, valid_utf8(model_.path)));
+    }
     const std::string log =
         (std::filesystem::path(work_dir) / fmt::format("adapter-{}.log", getpid())).string();
     process_ = std::make_unique<LineProcess>(s.engine.command, s.engine.cwd, s.engine.env, log);
@@ -51,7 +59,11 @@ class CommandEngine : public TestedEngine {
     const json answer = receive("its hello (the answer to init)", {});
     const std::string type = answer["type"];
     if (type == "unsupported") {
-      const std::string reason = answer.value("reason", std::string("(no reason given)"));
+      const auto it = answer.find("reason");
+      const std::string reason = it == answer.end() ? std::string("(no reason given)")
+                                 : it->is_string()
+                                     ? protocol::quote_text(it->get<std::string>(), 2000)
+                                     : protocol::quote_text(it->dump());
       process_->finish(5);
       throw UnsupportedError(fmt::format("engine {}: {}", s.engine.name, reason));
     }
@@ -119,15 +131,19 @@ class CommandEngine : public TestedEngine {
       how.clear();
     }
     std::string tail;
-    for (std::string line : split_lines(tail_of_file(process_->stderr_file(), 8))) {
-      tail += "\n  | " + (line.size() > 300 ? line.substr(0, 300) + "..." : line);
+    for (const std::string& line : split_lines(tail_of_file(process_->stderr_file(), 8))) {
+      // The adapter's own bytes: cut on a character and repaired, since they reach the report.
+      const std::string_view kept = cut_utf8(line, 300);
+      tail += "\n  | " + valid_utf8(kept) + (kept.size() < line.size() ? "..." : "");
     }
     shut_down_ = true;
     process_->finish(2);
-    throw InfraError(
-        fmt::format("engine {} (adapter: {}) {}{}{}", scenario_.engine.name,
-                    join_words(scenario_.engine.command), what, how,
-                    tail.empty() ? "; its stderr is empty" : "; last lines of its stderr:" + tail));
+    // Everything quoted above is repaired already; the whole message once more, for any piece
+    // that was not (a command line or a path from outside).
+    throw InfraError(valid_utf8(fmt::format(
+        "engine {} (adapter: {}) {}{}{}", scenario_.engine.name,
+        join_words(scenario_.engine.command), what, how,
+        tail.empty() ? "; its stderr is empty" : "; last lines of its stderr:" + tail)));
   }
 
   static std::vector<std::string> split_lines(const std::string& text) {
@@ -171,7 +187,12 @@ class CommandEngine : public TestedEngine {
       }
       if (message["type"] == "progress") {
         if (progress && message.contains("text") && message["text"].is_string()) {
-          progress(message["text"].get<std::string>());
+          // One line: the worker passes progress to the driver as "@progress TEXT" lines.
+          std::string text(cut_utf8(message["text"].get<std::string>(), 200));
+          for (char& c : text) {
+            if (c == '\n' || c == '\r') c = ' ';
+          }
+          progress(text);
         }
         continue;
       }
