@@ -38,7 +38,7 @@ echo "{\"engine\": {$eng, \"env\": {\"A=B\": \"1\"}}, $small}" > env2.json
 case_ engine "engine.env name containing '='" 2 -- list env2.json
 echo "{\"engine\": {$eng, \"env\": {\"A\": \"1\\u00002\"}}, $small}" > env3.json
 case_ engine "engine.env value containing NUL" 2 -- list env3.json
-echo "{\"engine\": {$eng, \"command\": [\"python3\", \"a\\u0000b\"]}, $small}" > cmd-nul.json
+echo "{\"engine\": {\"kind\": \"command\", \"name\": \"x\", \"command\": [\"python3\", \"a\\u0000b\"]}, $small}" > cmd-nul.json
 case_ engine "engine.command argument containing NUL" 2 -- list cmd-nul.json
 echo "{\"engine\": {$eng, \"reply_timeout_s\": 0.0001}, $small}" > rt.json
 case_ engine "engine.reply_timeout_s 0.0001 (below 1 ms)" 2 -- list rt.json
