@@ -411,7 +411,9 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
       // the adapter would get another variable than the file names.
       if (key.empty() || key.find('=') != std::string::npos ||
           key.find('\0') != std::string::npos) {
-        env_at.at(key).fail("bad variable name " + shown(json(key)), name_valid);
+        // A NUL would cut the message short where it is printed: point at the object then.
+        (key.find('\0') == std::string::npos ? env_at.at(key) : env_at)
+            .fail("bad variable name " + shown(json(key)), name_valid);
       }
       std::string text;
       read_string(*env, env_at, key, text, "a string, e.g. \"1\"");

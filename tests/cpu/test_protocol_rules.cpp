@@ -49,7 +49,7 @@ TEST(EngineSection, EnvEntriesThatCannotBeSetAreRefused) {
   const std::vector<std::pair<json, std::string>> bad{
       {{{"", "1"}}, "/engine/env/: bad variable name"},
       {{{"A=B", "1"}}, "/engine/env/A=B: bad variable name"},
-      {{{std::string("A\0B", 3), "1"}}, "bad variable name"},
+      {{{std::string("A\0B", 3), "1"}}, "/engine/env: bad variable name \"A\\u0000B\""},
       {{{"A", std::string("1\0"
                           "2",
                           3)}},
