@@ -62,7 +62,7 @@ class CommandEngine : public TestedEngine {
       const auto it = answer.find("reason");
       const std::string reason = it == answer.end() ? std::string("(no reason given)")
                                  : it->is_string()
-                                     ? protocol::quote_text(it->get<std::string>(), 2000)
+                                     ? std::string(cut_utf8(it->get<std::string>(), 2000))
                                      : protocol::quote_text(it->dump());
       process_->finish(5);
       throw UnsupportedError(fmt::format("engine {}: {}", s.engine.name, reason));
