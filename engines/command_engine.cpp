@@ -9,6 +9,7 @@
 #include "base/child_process.hpp"
 #include "base/errors.hpp"
 #include "base/line_process.hpp"
+#include "base/utf8.hpp"
 #include "engines/engine_protocol.hpp"
 #include "engines/model_handoff.hpp"
 #include "engines/registry.hpp"
@@ -83,7 +84,11 @@ class CommandEngine : public TestedEngine {
     const json answer = receive("its hello (the answer to init)", {});
     const std::string type = answer["type"];
     if (type == "unsupported") {
-      const std::string reason = answer.value("reason", std::string("(no reason given)"));
+      const auto it = answer.find("reason");
+      const std::string reason = it == answer.end() ? std::string("(no reason given)")
+                                 : it->is_string()
+                                     ? std::string(cut_utf8(it->get<std::string>(), 2000))
+                                     : protocol::quote_text(it->dump());
       process_->finish(5);
       throw UnsupportedError(fmt::format("engine {}: {}", s.engine.name, reason));
     }
@@ -152,15 +157,19 @@ class CommandEngine : public TestedEngine {
       how.clear();
     }
     std::string tail;
-    for (std::string line : split_lines(tail_of_file(process_->stderr_file(), 8))) {
-      tail += "\n  | " + (line.size() > 300 ? line.substr(0, 300) + "..." : line);
+    for (const std::string& line : split_lines(tail_of_file(process_->stderr_file(), 8))) {
+      // The adapter's own bytes: cut on a character and repaired, since they reach the report.
+      const std::string_view kept = cut_utf8(line, 300);
+      tail += "\n  | " + valid_utf8(kept) + (kept.size() < line.size() ? "..." : "");
     }
     shut_down_ = true;
     process_->finish(2);
-    throw InfraError(
-        fmt::format("engine {} (adapter: {}) {}{}{}", scenario_.engine.name,
-                    join_words(scenario_.engine.command), what, how,
-                    tail.empty() ? "; its stderr is empty" : "; last lines of its stderr:" + tail));
+    // Everything quoted above is repaired already; the whole message once more, for any piece
+    // that was not (a command line or a path from outside).
+    throw InfraError(valid_utf8(fmt::format(
+        "engine {} (adapter: {}) {}{}{}", scenario_.engine.name,
+        join_words(scenario_.engine.command), what, how,
+        tail.empty() ? "; its stderr is empty" : "; last lines of its stderr:" + tail)));
   }
 
   static std::vector<std::string> split_lines(const std::string& text) {
@@ -218,7 +227,12 @@ class CommandEngine : public TestedEngine {
       }
       if (message["type"] == "progress") {
         if (progress && message.contains("text") && message["text"].is_string()) {
-          progress(message["text"].get<std::string>());
+          // One line: the worker passes progress to the driver as "@progress TEXT" lines.
+          std::string text(cut_utf8(message["text"].get<std::string>(), 200));
+          for (char& c : text) {
+            if (c == '\n' || c == '\r') c = ' ';
+          }
+          progress(text);
         }
         continue;
       }

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "base/json_text.hpp"
+#include "base/utf8.hpp"
 
 namespace bih::protocol {
 namespace {
@@ -34,8 +35,17 @@ std::string string_field(const json& message, const std::string& key, const std:
 }  // namespace
 
 std::string quote_text(const std::string& text, size_t limit) {
-  if (text.size() <= limit) return "'" + text + "'";
-  return "'" + text.substr(0, limit) + "' (cut; " + std::to_string(text.size()) + " bytes)";
+  // Cut on a character boundary and repaired: the quote ends up in a JSON report.
+  if (text.size() <= limit) return "'" + valid_utf8(text) + "'";
+  return "'" + valid_utf8(cut_utf8(text, limit)) + "' (cut; " + std::to_string(text.size()) +
+         " bytes)";
+}
+
+double widened_float(float value) {
+  // The shortest decimal that reads back as this float (fmt's float formatting is shortest
+  // round-trip), read as a double: 1e-06f goes out as 1e-06, as config.json says, where a plain
+  // widening would send 9.99999997e-07.
+  return std::stod(fmt::format("{}", value));
 }
 
 json init_message(const ModelHandle& model, const json& knobs, const json& options,
@@ -56,7 +66,7 @@ json init_message(const ModelHandle& model, const json& knobs, const json& optio
               {"head_dim", c.head_dim},
               {"intermediate_size", c.intermediate_size},
               {"rope_theta", c.rope_theta},
-              {"rms_norm_eps", c.rms_norm_eps},
+              {"rms_norm_eps", widened_float(c.rms_norm_eps)},
               {"tie_word_embeddings", c.tie_word_embeddings}}}}},
           {"knobs", knobs},
           {"options", options},
@@ -75,13 +85,21 @@ json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& promp
 json shutdown_message() { return {{"type", "shutdown"}}; }
 
 json parse_line(const std::string& line) {
+  if (const size_t bad = first_invalid_utf8(line); bad != std::string::npos) {
+    // nlohmann would refuse it too, quoting the raw byte; say plainly what is wrong instead.
+    throw ProtocolError(fmt::format(
+        "the adapter wrote a line that is not valid UTF-8 (byte 0x{:02X} at offset {}): {} "
+        "(protocol lines are JSON, which is UTF-8: encode text as UTF-8, e.g. Python's "
+        "json.dumps(), which escapes it as \\uXXXX)",
+        static_cast<unsigned>(static_cast<unsigned char>(line[bad])), bad, quote_text(line)));
+  }
   json message;
   try {
     // Strict JSON, bounded nesting, no key twice: a line that breaks a rule is the adapter's bug.
     message = parse_json_text<json>(line, "the adapter's line", {.comments = false});
   } catch (const InputError& e) {
     throw ProtocolError("the adapter wrote a line that is not a valid JSON message (" +
-                        std::string(e.what()) + "): " + quote_text(line) +
+                        valid_utf8(e.what()) + "): " + quote_text(line) +
                         " (stdout must carry only protocol lines; log to stderr)");
   }
   if (!message.is_object() || !message.contains("type") || !message["type"].is_string()) {
@@ -116,8 +134,16 @@ Hello parse_hello(const json& message) {
     }
     h.settings = message["settings"];
   }
-  if (message.contains("adapter") && message["adapter"].is_object()) h.adapter = message["adapter"];
-  if (message.contains("capabilities") && message["capabilities"].is_object()) {
+  // Optional fields, but of their type when present: a wrong one is the adapter's bug, better
+  // named now than silently dropped.
+  for (const char* key : {"adapter", "capabilities"}) {
+    if (message.contains(key) && !message[key].is_object()) {
+      throw ProtocolError(fmt::format("{}'s \"{}\" is {}; valid: an object", what, key,
+                                      quote_text(message[key].dump())));
+    }
+  }
+  if (message.contains("adapter")) h.adapter = message["adapter"];
+  if (message.contains("capabilities")) {
     // Checked, not value()'d: value() throws nlohmann's type_error for "step_stats": "yes".
     const json& caps = message["capabilities"];
     if (caps.contains("step_stats")) {
@@ -191,13 +217,38 @@ std::vector<SequenceResult> parse_result(const json& message, int64_t id, size_t
       }
     }
   }
-  if (stats != nullptr && message.contains("stats") && message["stats"].is_object()) {
+  if (message.contains("stats")) {
+    // Checked whether or not the hello promised stats: a wrong one is the adapter's bug, and a
+    // silent 0 (or a negative count reaching the report) would hide it.
     const json& s = message["stats"];
-    const auto add = [&](const char* key, int64_t& to) {
-      if (s.contains(key) && s[key].is_number_integer()) to += s[key].get<int64_t>();
+    if (!s.is_object()) {
+      throw ProtocolError(
+          fmt::format("{}'s \"stats\" is {}; valid: an object such as "
+                      "{{\"steps\": 24, \"rows\": 1536}}",
+                      what, quote_text(s.dump())));
+    }
+    const auto count = [&](const char* key) -> int64_t {
+      if (!s.contains(key)) return 0;
+      const json& v = s[key];
+      if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) {
+        throw ProtocolError(fmt::format("{}'s \"stats\".\"{}\" is {}; valid: an integer >= 0", what,
+                                        key, quote_text(v.dump())));
+      }
+      if (v.is_number_unsigned() &&
+          v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        throw ProtocolError(
+            fmt::format("{}'s \"stats\".\"{}\" is {}; valid: an integer in "
+                        "0..{}",
+                        what, key, quote_text(v.dump()), std::numeric_limits<int64_t>::max()));
+      }
+      return v.get<int64_t>();
     };
-    add("steps", stats->steps);
-    add("rows", stats->rows);
+    const int64_t steps = count("steps");
+    const int64_t rows = count("rows");
+    if (stats != nullptr) {
+      stats->steps += steps;
+      stats->rows += rows;
+    }
   }
   return out;
 }

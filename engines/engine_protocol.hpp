@@ -46,8 +46,14 @@ nlohmann::json shutdown_message();
 // ProtocolError quoting the line (cut to 200 characters) otherwise.
 nlohmann::json parse_line(const std::string& line);
 
-// Cuts text to at most `limit` characters for a message, marking the cut.
+// Quotes outside text for a message: cut to at most `limit` bytes on a character boundary,
+// marking the cut, with bytes that are not UTF-8 written as \xNN (the message may end up in a
+// JSON report).
 std::string quote_text(const std::string& text, size_t limit = 200);
+
+// A float32 model config value as init.model.config sends it: the shortest decimal that reads
+// back as that float, as a double (rms_norm_eps 1e-06f is sent as 1e-06, not 9.99999997e-07).
+double widened_float(float value);
 
 struct Hello {
   std::string engine_name;

@@ -15,6 +15,7 @@
 #include "base/errors.hpp"
 #include "base/folder_lock.hpp"
 #include "base/process_tree.hpp"
+#include "base/utf8.hpp"
 #include "engines/bih_engine.hpp"
 #include "engines/registry.hpp"
 #include "harness/environment.hpp"
@@ -49,6 +50,55 @@ void throw_if_interrupted() {
 std::string first_line(const std::string& text) {
   const auto nl = text.find('\n');
   return nl == std::string::npos ? text : text.substr(0, nl);
+}
+
+// What the terminal shows of a reason: its first line, then up to `max_lines` of the lines after
+// it (the stderr lines it quotes), indented; a longer rest is left to the report.
+std::string reason_for_terminal(const std::string& reason, size_t max_lines = 12) {
+  std::string out = first_line(reason);
+  size_t start = reason.find('\n');
+  size_t shown = 0;
+  while (start != std::string::npos && start + 1 < reason.size()) {
+    size_t nl = reason.find('\n', start + 1);
+    const std::string line =
+        reason.substr(start + 1, (nl == std::string::npos ? reason.size() : nl) - start - 1);
+    start = nl;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    if (shown == max_lines) {
+      out += "\n    ... (the rest in the report)";
+      break;
+    }
+    out += "\n    " + line;
+    ++shown;
+  }
+  return out;
+}
+
+// Why a worker failed, from how it ended and its stderr (outside text: repaired to UTF-8 here, as
+// it enters the report). The worker's own message ("bih: infrastructure error: ...", with the
+// adapter stderr lines it quotes) is given once, whole; other stderr text follows it.
+std::string worker_failure(const std::string& who, const std::string& how,
+                           const std::string& stderr_tail) {
+  const std::string tail = valid_utf8(stderr_tail);
+  if (tail.empty()) return who + " " + how + "; its stderr is empty";
+  // The last line that starts with "bih" begins the worker's own message.
+  size_t own = std::string::npos;
+  for (size_t at = 0; at < tail.size();) {
+    if (tail.compare(at, 3, "bih") == 0) own = at;
+    const size_t nl = tail.find('\n', at);
+    if (nl == std::string::npos) break;
+    at = nl + 1;
+  }
+  auto trimmed = [](std::string text) {
+    while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+    return text;
+  };
+  if (own == std::string::npos) {
+    return who + " " + how + "; last lines of its stderr:\n" + trimmed(tail);
+  }
+  std::string out = who + " " + how + ": " + trimmed(tail.substr(own));
+  if (own > 0) out += "\nbefore that, its stderr had:\n" + trimmed(tail.substr(0, own));
+  return out;
 }
 
 // The report already in `out_dir` for this scenario, if it was made from the same resolved
@@ -140,8 +190,16 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     report.comparisons = outcome.comparisons;
     report.wall_s = outcome.wall_s;
     outcome.report_path = (fs::path(options.out_dir) / report_file_name(outcome.id)).string();
-    write_file_atomically(outcome.report_path, make_report(report).dump(2) + "\n");
-    if (!options.keep_work) {
+    // Outside text is repaired where it enters; should any slip through, a replaced character
+    // in this one report beats losing it and every scenario after it (type_error.316).
+    write_file_atomically(
+        outcome.report_path,
+        make_report(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    // A scenario that did not come out as expected keeps its work folder (the adapter's log, the
+    // worker's stderr, the dumps): that is where its failure is explained.
+    outcome.work_kept = misses_expectation(verdict, scenario.expect) && fs::exists(work);
+    if (outcome.work_kept) outcome.work_dir = work.string();
+    if (!options.keep_work && !outcome.work_kept) {
       std::error_code ec;
       fs::remove_all(work, ec);
     }
@@ -200,12 +258,9 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     // The root cause: the first rank that failed on its own, not one stopped for a peer.
     for (int r = 0; r < processes; ++r) {
       if (results[r].ok() || results[r].cancelled) continue;
-      std::string tail = tail_of_file(err_files[r], 12);
-      // The terminal shows the reason's first line: it carries the worker's last words.
-      return fmt::format("{} worker{} {}{}{}", fresh ? "fresh-process" : "scenario",
-                         nccl ? fmt::format(" of rank {}", r) : "", results[r].describe(),
-                         tail.empty() ? "" : ": " + last_words(tail) + "; last lines of stderr:\n",
-                         tail);
+      return worker_failure(fmt::format("{} worker{}", fresh ? "fresh-process" : "scenario",
+                                        nccl ? fmt::format(" of rank {}", r) : ""),
+                            results[r].describe(), tail_of_file(err_files[r], 12));
     }
     if (!declined.empty()) return "@unsupported " + declined;
     return "";
@@ -302,7 +357,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     else
       done.localization =
           r.ok() ? text : "bih explain " + r.describe() + ": " + tail_of_file(err_file, 5);
-    if (!options.keep_work) fs::remove_all(work, ec);
+    if (!options.keep_work && !done.work_kept) fs::remove_all(work, ec);
   }
   return done;
 }
@@ -399,7 +454,11 @@ int run_command(const RunOptions& options) {
         stderr, "%s%s -> %s (%s)%s\n", tty ? "\r\033[K" : "", prefix.c_str(),
         to_string(o.verdict).c_str(),
         o.resumed ? "resumed: report already there" : fmt::format("{:.1f} s", o.wall_s).c_str(),
-        o.reason.empty() ? "" : (": " + first_line(o.reason)).c_str());
+        o.reason.empty() ? "" : (": " + reason_for_terminal(o.reason)).c_str());
+    if (o.work_kept && !options.keep_work) {
+      std::fprintf(stderr, "    its work folder is kept for a look (logs, adapter stderr): %s\n",
+                   o.work_dir.c_str());
+    }
     TableRow row;
     row.id = o.id;
     row.verdict = o.verdict;

@@ -41,6 +41,8 @@ struct ScenarioOutcome {
   double wall_s = 0;
   std::string localization;  // bih explain's output, with "localize": true
   bool resumed = false;      // taken from an existing report (--resume)
+  bool work_kept = false;    // missed its expectation: OUT/work/<id> stays for a look
+  std::string work_dir;
   std::vector<std::pair<std::string, std::string>> resumed_summaries;  // (kind, summary)
   bool expectation_met() const { return !expect || *expect == verdict; }
 };

@@ -11,6 +11,8 @@
 #include <string>
 #include <thread>
 
+#include "base/utf8.hpp"
+
 #ifndef BIH_VERSION
 #define BIH_VERSION "unknown"
 #endif
@@ -43,7 +45,7 @@ json cpu_model() {
     const size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
     const size_t start = line.find_first_not_of(" \t", colon + 1);
-    return start == std::string::npos ? "" : line.substr(start);
+    return start == std::string::npos ? "" : valid_utf8(line.substr(start));
   }
   return nullptr;
 }
@@ -51,16 +53,16 @@ json cpu_model() {
 json host_name() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return nullptr;
-  return std::string(name);
+  return valid_utf8(name);
 }
 
 json os_info() {
   struct utsname u {};
   if (::uname(&u) != 0) return nullptr;
-  return {{"sysname", u.sysname},
-          {"release", u.release},
-          {"version", u.version},
-          {"machine", u.machine}};
+  return {{"sysname", valid_utf8(u.sysname)},
+          {"release", valid_utf8(u.release)},
+          {"version", valid_utf8(u.version)},
+          {"machine", valid_utf8(u.machine)}};
 }
 
 json nccl_variables() {
@@ -70,7 +72,8 @@ json nccl_variables() {
     if (kv.rfind("NCCL_", 0) != 0) continue;
     const size_t eq = kv.find('=');
     if (eq == std::string::npos) continue;
-    vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+    // The user's environment is outside text: a report must stay valid JSON whatever it holds.
+    vars[valid_utf8(kv.substr(0, eq))] = valid_utf8(kv.substr(eq + 1));
   }
   return vars;
 }

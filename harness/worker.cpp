@@ -141,12 +141,18 @@ int run_worker(const WorkerArgs& args) {
     for (size_t first = 0; first < prompts.size(); first += spec.batch_size) {
       const size_t last = std::min(prompts.size(), first + spec.batch_size);
       std::vector<std::vector<int32_t>> batch(prompts.begin() + first, prompts.begin() + last);
-      auto results =
-          engine->generate(batch, s.plan.max_tokens, &stats, [&](const std::string& text) {
-            if (spec.batch_size > 1) {
-              progress(spec.label + ": " + text);
-            }
-          });
+      std::vector<SequenceResult> results;
+      try {
+        results = engine->generate(batch, s.plan.max_tokens, &stats, [&](const std::string& text) {
+          if (spec.batch_size > 1) {
+            progress(spec.label + ": " + text);
+          }
+        });
+      } catch (const InfraError& e) {
+        // The user thinks in the plan's generations, not in an engine's request numbers.
+        throw InfraError(fmt::format("generation {} (batch of prompts {}..{} of {}): {}",
+                                     spec.label, first, last - 1, prompts.size(), e.what()));
+      }
       if (results.size() != batch.size()) {
         throw InfraError(fmt::format("engine {} returned {} sequences for a batch of {}",
                                      identity.name, results.size(), batch.size()));
@@ -187,7 +193,9 @@ int run_worker(const WorkerArgs& args) {
   write_file_atomically(
       (std::filesystem::path(args.work_dir) / (args.fresh ? "meta-fresh.json" : "meta.json"))
           .string(),
-      meta.dump(2));
+      // Outside text (an adapter's settings, a path) is repaired where it enters; a byte that
+      // slipped through costs a replaced character, not the scenario.
+      meta.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   progress("done");
   return 0;
 }

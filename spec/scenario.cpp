@@ -1,5 +1,7 @@
 #include "spec/scenario.hpp"
 
+#include <fmt/core.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <limits>
@@ -8,6 +10,8 @@
 #include <sstream>
 
 #include "base/edit_distance.hpp"
+#include "base/json_text.hpp"
+#include "base/utf8.hpp"
 #include "models/config.hpp"
 #include "models/weights.hpp"
 #include "spec/scenario_file.hpp"
@@ -239,6 +243,21 @@ std::string resolve_path(const std::string& scenario_file, const std::string& pa
   return fs::absolute(p).lexically_normal().string();
 }
 
+// A resolved path goes into the resolved scenario and the report, both JSON, which holds only
+// UTF-8; a path the OS cannot be handed whole (a NUL) would name another file. The file path on
+// the command line is outside text, so a relative path can pick up its bytes.
+void check_path_text(const std::string& path, const Cursor& at, const std::string& valid) {
+  if (path.find('\0') != std::string::npos) {
+    at.fail("the path " + shown(json(path)) + " holds a NUL character", valid);
+  }
+  if (const size_t bad = first_invalid_utf8(path); bad != std::string::npos) {
+    at.fail(fmt::format("the path '{}' is not valid UTF-8 (byte 0x{:02X}); bih's scenarios and "
+                        "reports are JSON, which holds only UTF-8",
+                        valid_utf8(path), static_cast<unsigned char>(path[bad])),
+            valid + " whose name is UTF-8 (rename the folder, or give an absolute UTF-8 path)");
+  }
+}
+
 std::string last_path_component(const std::string& path) {
   fs::path p(path);
   if (p.filename().empty()) p = p.parent_path();
@@ -256,6 +275,7 @@ void parse_model(const json& j, const Cursor& at, Scenario& s) {
   if (has_path) {
     if (s.model.path.empty()) at.at("path").fail("the path is empty", "a checkpoint folder");
     s.model.path = resolve_path(at.file, s.model.path);
+    check_path_text(s.model.path, at.at("path"), "a checkpoint folder");
     s.model.preset.clear();
   }
   read_seed(j, at, s.model.seed);
@@ -286,6 +306,7 @@ void parse_plan(const json& j, const Cursor& at, Scenario& s) {
         pat.at("file").fail("the file name is empty", "a JSON file of token-id lists");
       }
       plan.prompts.file = resolve_path(at.file, plan.prompts.file);
+      check_path_text(plan.prompts.file, pat.at("file"), "a JSON file of token-id lists");
     }
   }
   read_int(j, at, "max_tokens", plan.max_tokens, 1);
@@ -303,6 +324,15 @@ void parse_plan(const json& j, const Cursor& at, Scenario& s) {
                 "at most " + std::to_string(kMaxBatchSizes) + " batch sizes");
     }
   }
+}
+
+// How many levels a value nests (a scalar 0, {} or [] 1). Recursion is bounded: every value
+// here was parsed under kMaxJsonDepth.
+int json_depth(const json& v) {
+  if (!v.is_structured()) return 0;
+  int deepest = 0;
+  for (const auto& child : v) deepest = std::max(deepest, json_depth(child));
+  return deepest + 1;
 }
 
 void parse_engine(const json& j, const Cursor& at, Scenario& s) {
@@ -351,25 +381,47 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
                                   command_valid);
     }
     e.command.push_back((*command)[i].get<std::string>());
+    if (e.command.back().find('\0') != std::string::npos) {
+      // exec takes C strings: the adapter would get the argument cut at the NUL.
+      at.at("command").at(i).fail(
+          "argument " + shown((*command)[i]) + " holds a NUL character (\\u0000)", command_valid);
+    }
   }
   if (read_string(j, at, "cwd", e.cwd, "a folder")) {
     if (e.cwd.empty()) at.at("cwd").fail("the folder is empty", "a folder");
     e.cwd = resolve_path(at.file, e.cwd);
+    check_path_text(e.cwd, at.at("cwd"), "a folder");
   } else {
     // A file named without a folder ("s.json") is in the working directory; fs::absolute("")
     // throws, so that case is spelled out.
     const fs::path folder = fs::path(at.file).parent_path();
     e.cwd =
         (folder.empty() ? fs::current_path() : fs::absolute(folder).lexically_normal()).string();
+    check_path_text(e.cwd, at.at("cwd"),
+                    "a scenario file in a folder (the adapter's default working directory)");
   }
   if (const json* env = find(j, "env")) {
     const Cursor env_at = at.at("env");
     if (!env->is_object()) {
       env_at.fail("expected an object, got " + shown(*env), "an object of names to strings");
     }
+    const std::string name_valid =
+        "a variable name: not empty, without '=' or NUL, e.g. \"OMP_NUM_THREADS\"";
     for (const auto& [key, value] : env->items()) {
+      // setenv refuses a name with '=' (or takes it as name=value) and C strings end at a NUL:
+      // the adapter would get another variable than the file names.
+      if (key.empty() || key.find('=') != std::string::npos ||
+          key.find('\0') != std::string::npos) {
+        // A NUL would cut the message short where it is printed: point at the object then.
+        (key.find('\0') == std::string::npos ? env_at.at(key) : env_at)
+            .fail("bad variable name " + shown(json(key)), name_valid);
+      }
       std::string text;
       read_string(*env, env_at, key, text, "a string, e.g. \"1\"");
+      if (text.find('\0') != std::string::npos) {
+        env_at.at(key).fail("the value " + shown(json(text)) + " holds a NUL character",
+                            "a string without NUL (\\u0000), e.g. \"1\"");
+      }
       e.env[key] = text;
     }
   }
@@ -377,6 +429,17 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
     if (!options->is_object()) {
       at.at("options").fail("expected an object, got " + shown(*options),
                             "an object handed to the adapter as init.options");
+    }
+    // A report carries the options kOptionsDepthInReport levels below its top, and every
+    // reader (gate, matrix, explain) refuses a file deeper than kMaxJsonDepth: options nested
+    // deeper than this bound would make a report that bih itself cannot read back.
+    if (const int depth = json_depth(*options); depth > kMaxOptionsDepth) {
+      at.at("options").fail(
+          fmt::format("the options nest {} levels deep (the report carries them {} levels "
+                      "further down, and bih reads no JSON deeper than {})",
+                      depth, kOptionsDepthInReport, kMaxJsonDepth),
+          fmt::format("options nested at most {} levels (the options object itself is one)",
+                      kMaxOptionsDepth));
     }
     e.options = *options;
   }
@@ -389,10 +452,16 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
     e.model_format = format;
   }
   if (const json* v = find(j, "reply_timeout_s")) {
-    if (!v->is_number() || !(v->get<double>() >= 0) || v->get<double>() > kMaxTimeoutS) {
+    // Below a millisecond the wait for a line rounds to no wait at all: every answer would time
+    // out. 0 keeps its meaning (90% of timeout_s).
+    const bool in_range = v->is_number() && v->get<double>() >= 0 &&
+                          v->get<double>() <= kMaxTimeoutS &&
+                          (v->get<double>() == 0 || v->get<double>() >= kMinReplyTimeoutS);
+    if (!in_range) {
       at.at("reply_timeout_s")
-          .fail("expected a number of seconds >= 0 up to a week, got " + shown(*v),
-                "0 (90% of timeout_s) or more, at most " + shown(json(kMaxTimeoutS)));
+          .fail("expected 0 or a number of seconds from 0.001 up to a week, got " + shown(*v),
+                "0 (90% of timeout_s), or from " + shown(json(kMinReplyTimeoutS)) + " to " +
+                    shown(json(kMaxTimeoutS)) + " seconds");
     }
     e.reply_timeout_s = v->get<double>();
   }
@@ -755,8 +824,46 @@ bool is_set(const std::vector<std::string>& knobs_set, const std::string& dotted
   return std::find(knobs_set.begin(), knobs_set.end(), dotted) != knobs_set.end();
 }
 
-// A value in an id: strings bare, everything else compact JSON.
-std::string id_value(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+// A string in an id: bare when that cannot be mistaken for anything else (a plain word of
+// [A-Za-z0-9_.:/+-] that does not read as a JSON number, true, false or null), JSON-quoted
+// otherwise. So "1" and 1, or "a,b=c" and two options, never give one id.
+std::string id_string(const std::string& text) {
+  const bool plain = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' ||
+           c == '/' || c == '+' || c == '-';
+  });
+  if (plain && json::parse(text, nullptr, /*allow_exceptions=*/false).is_discarded()) return text;
+  return json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// A value in an id: a string as above, anything else compact canonical JSON (nlohmann sorts
+// object keys, and JSON delimits itself, so distinct values give distinct text).
+std::string id_value(const json& v) {
+  return v.is_string() ? id_string(v.get<std::string>())
+                       : v.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+uint64_t fnv1a64(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// "(k=v,...)", or "(options#HASH)" where that would be longer than kMaxOptionsIdChars: an id is
+// a name (file names, filters, table rows), the report keeps the options whole.
+std::string id_options(const json& options) {
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : options.items()) {
+    parts.push_back(id_string(key) + "=" + id_value(value));
+  }
+  const std::string text = "(" + join(parts, ",") + ")";
+  if (text.size() <= kMaxOptionsIdChars) return text;
+  return fmt::format("(options#{:016x})",
+                     fnv1a64(options.dump(-1, ' ', false, json::error_handler_t::replace)));
+}
 
 }  // namespace
 
@@ -791,13 +898,7 @@ static std::string external_engine_id(const Scenario& s, const std::string& mode
   if (set("prefix_caching.block_size")) parts.push_back("block=" + std::to_string(s.block_size));
   for (const auto& [key, value] : s.nccl_env) parts.push_back(key + "=" + value);
   std::string engine_part = "engine=" + s.engine.name;
-  if (!s.engine.options.empty()) {
-    std::vector<std::string> options;
-    for (const auto& [key, value] : s.engine.options.items()) {
-      options.push_back(key + "=" + id_value(value));
-    }
-    engine_part += "(" + join(options, ",") + ")";
-  }
+  if (!s.engine.options.empty()) engine_part += id_options(s.engine.options);
   parts.push_back(engine_part);
   if (!s.fault.empty()) parts.push_back("fault=" + s.fault);
   return join(parts, ",");

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "base/json_text.hpp"
 #include "models/config.hpp"
 #include "spec/scenario.hpp"
 
@@ -21,6 +22,14 @@ inline constexpr int kMaxCaptureSize = 16384;  // rows a step is padded to under
 inline constexpr int kMaxRepeats = 100;
 inline constexpr int kMaxBatchSizes = 64;  // entries of plan.batch_sizes
 inline constexpr double kMaxTimeoutS = 7 * 24 * 3600.0;
+inline constexpr double kMinReplyTimeoutS = 0.001;  // engine.reply_timeout_s other than 0
+// engine.options sit this many levels below the top of a report (report.scenario.engine) and of
+// the worker's meta.json (meta.engine.details); the bound leaves room for those levels and a
+// margin, so that every report bih writes stays within what its readers take (kMaxJsonDepth).
+inline constexpr int kOptionsDepthInReport = 3;
+inline constexpr int kMaxOptionsDepth = kMaxJsonDepth - kOptionsDepthInReport - 5;
+// Options whose text in the id would be longer than this appear there as a hash.
+inline constexpr size_t kMaxOptionsIdChars = 256;
 // Of the memory the machine has available, the share one CPU run's KV cache may take: the
 // weights, activations and the rest of the machine need the other half.
 inline constexpr double kKvMemoryShare = 0.5;
