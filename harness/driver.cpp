@@ -197,8 +197,8 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
         make_report(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     // A scenario that did not come out as expected keeps its work folder (the adapter's log, the
     // worker's stderr, the dumps): that is where its failure is explained.
-    const Expected expected{scenario.expect.value_or(kDefaultExpectation), scenario.expect.has_value(),
-                            options.require_all};
+    const Expected expected{scenario.expect.value_or(kDefaultExpectation),
+                            scenario.expect.has_value(), options.require_all};
     outcome.work_kept = is_failure(check_expectation(verdict, expected)) && fs::exists(work);
     if (outcome.work_kept) outcome.work_dir = work.string();
     if (!options.keep_work && !outcome.work_kept) {

@@ -24,7 +24,7 @@ struct RunOptions {
   int max_divergences = 16;
   int shard_index = 1;  // --shard I/N: run every scenario k with k % N == I-1
   int shard_count = 1;
-  bool resume = false;  // skip scenarios whose report matches scenario + environment
+  bool resume = false;       // skip scenarios whose report matches scenario + environment
   bool require_all = false;  // --require-all: an unsupported scenario fails the run
 };
 
