@@ -8,6 +8,7 @@
 #include "base/child_process.hpp"
 #include "base/errors.hpp"
 #include "base/process_tree.hpp"
+#include "base/utf8.hpp"
 #include "cli/commands.hpp"
 #include "harness/environment.hpp"
 #if defined(BIH_HAVE_CUDA)
@@ -38,7 +39,8 @@ Start with:
 Exit codes: 0 as expected, 1 a conformance failure, 2 a usage or input error, 3 an infrastructure
 failure (a worker crashed or timed out).)";
 
-// Runs the chosen verb, mapping what it throws to an exit code.
+// Runs the chosen verb, mapping what it throws to an exit code. Messages quote paths and outside
+// text as they came; they are printed as UTF-8 (bytes that are not become visible \xNN).
 int run_verb(const bih::cli::Command& command) {
 #if defined(BIH_HAVE_CUDA)
   bih::set_gpu_environment_provider(bih::cuda::gpu_environment);
@@ -47,13 +49,13 @@ int run_verb(const bih::cli::Command& command) {
   try {
     return command.run();
   } catch (const bih::InputError& e) {
-    std::fprintf(stderr, "bih: error: %s\n", e.what());
+    std::fprintf(stderr, "bih: error: %s\n", bih::valid_utf8(e.what()).c_str());
     return static_cast<int>(bih::ExitCode::usage_error);
   } catch (const bih::InfraError& e) {
-    std::fprintf(stderr, "bih: infrastructure error: %s\n", e.what());
+    std::fprintf(stderr, "bih: infrastructure error: %s\n", bih::valid_utf8(e.what()).c_str());
     return static_cast<int>(bih::ExitCode::infrastructure);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "bih: internal error: %s\n", e.what());
+    std::fprintf(stderr, "bih: internal error: %s\n", bih::valid_utf8(e.what()).c_str());
     return static_cast<int>(bih::ExitCode::infrastructure);
   } catch (...) {
     // The driver's interruption (SIGINT/SIGTERM) escaping a verb that does not report it itself.
@@ -110,7 +112,7 @@ int main(int argc, char** argv) {
       bih::become_subreaper();
     }
   } catch (const bih::InfraError& e) {
-    std::fprintf(stderr, "bih: infrastructure error: %s\n", e.what());
+    std::fprintf(stderr, "bih: infrastructure error: %s\n", bih::valid_utf8(e.what()).c_str());
     return static_cast<int>(bih::ExitCode::infrastructure);
   }
   const int code = run_verb(*chosen);

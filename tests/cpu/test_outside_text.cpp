@@ -214,5 +214,18 @@ TEST_F(OutsideTextRun, APathThatIsNotUtf8IsAUsageErrorNamingIt) {
   EXPECT_NE(r.output.find("not valid UTF-8"), std::string::npos) << r.output;
 }
 
+TEST_F(OutsideTextRun, BihsOwnMessagesOnTheTerminalAreUtf8) {
+  // The file name and the parser's "last read" quote the file's own bytes; the terminal (and a CI
+  // log that a tool parses as UTF-8) gets them as visible \xNN. Before: the raw bytes.
+  const fs::path folder = dir_ / "caf\xe9";
+  fs::create_directories(folder);
+  std::ofstream(folder / "bad.json") << "\xff\xfe{}";
+  const auto r = run_bih({"list", (folder / "bad.json").string()});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(is_valid_utf8(r.output)) << valid_utf8(r.output);
+  EXPECT_NE(r.output.find("caf\\xE9/bad.json"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\\xFF"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace bih
