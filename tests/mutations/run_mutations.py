@@ -15,6 +15,7 @@ the working tree (tracked and untracked, not ignored, files) at every start.
   python3 tests/mutations/run_mutations.py                 # every mutation
   python3 tests/mutations/run_mutations.py --only kv-budget-one-rank --only gate-left-no-report-all-ids
   python3 tests/mutations/run_mutations.py --check         # which snippets still apply; no build
+  python3 tests/mutations/run_mutations.py --first-failure # each caught bug ends the suite early
   python3 tests/mutations/run_mutations.py --in-place build --target bih --target bih_cpu_tests
       # no copy: plants each bug in the working tree itself (restored after each, and on ^C) and
       # builds an existing build folder of it; faster, but leave the tree alone while it runs
@@ -109,11 +110,19 @@ def build(args, src, bld, log):
 FAILED_LINE = re.compile(r"^\s*\d+\s+-\s+(\S+)\s+\((.*)\)\s*$")
 
 
-def run_suite(args, bld, log):
-    """The cpu tests that failed (name -> ctest's reason), or None when ctest did not run."""
+def run_suite(args, bld, log, stop_on_failure=False, skip=()):
+    """The cpu tests that failed (name -> ctest's reason), or None when ctest did not run.
+    stop_on_failure: ctest stops starting tests at the first failure (a caught mutation then
+    names the first tests that caught it, not all); `skip`: tests left out (the baseline's
+    failures, which would otherwise stop it at once)."""
     start = os.path.getsize(log) if os.path.exists(log) else 0
-    rc = run_logged(["ctest", "--test-dir", bld, "-L", "cpu", "-j", str(args.test_jobs),
-                     "--timeout", str(args.test_timeout)], log)
+    cmd = ["ctest", "--test-dir", bld, "-L", "cpu", "-j", str(args.test_jobs),
+           "--timeout", str(args.test_timeout)]
+    if stop_on_failure:
+        cmd.append("--stop-on-failure")
+    if skip:
+        cmd += ["-E", "^(" + "|".join(re.escape(t) for t in sorted(skip)) + ")$"]
+    rc = run_logged(cmd, log)
     with open(log) as f:
         f.seek(start)
         text = f.read()
@@ -161,6 +170,10 @@ def main():
     p.add_argument("--in-place", metavar="BUILD_DIR",
                    help="mutate the working tree itself and build BUILD_DIR, an existing build of "
                         "it, instead of a copy")
+    p.add_argument("--first-failure", action="store_true",
+                   help="per mutation, stop the suite at its first failure (ctest "
+                        "--stop-on-failure): minutes instead of a whole suite per caught bug; "
+                        "the baseline still runs whole")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the suite run on the unmutated copy (its failures are then not "
                         "subtracted)")
@@ -232,7 +245,7 @@ def main():
             if not build(args, src, bld, log):
                 result, caught_by = "build failed", {}
             else:
-                failed = run_suite(args, bld, log)
+                failed = run_suite(args, bld, log, args.first_failure, baseline)
                 if failed is None:
                     result, caught_by = "ctest did not run", {}
                 else:
