@@ -3,7 +3,6 @@
 
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "base/errors.hpp"
 #include "models/weights.hpp"
@@ -41,22 +40,6 @@ void check_checkpoints(const std::vector<Scenario>& scenarios) {
                            "hf --out DIR)");
     }
   }
-}
-
-std::string last_words(const std::string& tail) {
-  std::istringstream in(tail);
-  // The worker's own message starts "bih" ("bih: error: ...", "bih worker: ..."); lines after it
-  // quote what it quotes (an adapter's stderr), so its first line is the one to show.
-  std::string line, last, last_bih;
-  while (std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") != std::string::npos) last = line;
-    if (line.rfind("bih", 0) == 0) last_bih = line;
-  }
-  if (!last_bih.empty()) last = last_bih;
-  constexpr size_t kWidth = 400;
-  if (last.size() > kWidth) last = last.substr(0, kWidth - 3) + "...";
-  return last;
 }
 
 }  // namespace bih

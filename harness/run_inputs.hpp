@@ -24,9 +24,4 @@ void check_unique_ids(const std::vector<Scenario>& scenarios);
 // config.json, so `bih list` stays cheap.
 void check_checkpoints(const std::vector<Scenario>& scenarios);
 
-// The last line of a stderr tail that starts with "bih" (the worker's error message), else its
-// last non-empty line, cut to a terminal line's length: the one line of a failure that the
-// table and the progress line show.
-std::string last_words(const std::string& tail);
-
 }  // namespace bih
