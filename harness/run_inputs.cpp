@@ -1,4 +1,4 @@
-// run_inputs.cpp: what bih run checks across its inputs before any worker starts (run_inputs.hpp).
+// run_inputs.cpp: checks on a run's inputs taken as a whole (run_inputs.hpp).
 #include "harness/run_inputs.hpp"
 
 #include <map>

@@ -1,4 +1,4 @@
-// run_inputs.hpp: checks on a run's inputs taken as a whole, and the worker's last words.
+// run_inputs.hpp: checks on a run's inputs taken as a whole, before any worker starts.
 //
 // Each file's loader refuses a scenario id that appears twice in that file; two files (or one
 // file given twice) can still produce one id, and then the second report overwrites the first.
