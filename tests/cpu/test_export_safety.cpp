@@ -164,7 +164,8 @@ TEST_F(GgufNarrowing, RmsNormEpsThatBecomesZeroIsRefused) {
 TEST_F(GgufNarrowing, ValuesThatFitAreWrittenExactly) {
   const auto r = export_with("rope_theta", 1e38);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const GgufValue* base = read_gguf(path("m.gguf")).find("qwen3.rope.freq_base");
+  const auto gguf = read_gguf(path("m.gguf"));  // kept: find() points into it
+  const GgufValue* base = gguf.find("qwen3.rope.freq_base");
   ASSERT_NE(base, nullptr);
   EXPECT_EQ(base->real, static_cast<double>(1e38f));
 }
