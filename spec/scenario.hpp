@@ -47,7 +47,7 @@ struct PlanSpec {
 // leaves every id as it was; kind "command" runs an adapter speaking bih.engine/1
 // (docs/engine-protocol.md) and its ids end in ",engine=<name>".
 struct EngineSpec {
-  std::string kind = "bih";                // bih | command
+  std::string kind = "bih";                // bih | command | http
   std::string name;                        // command: required; the id's engine=<name>
   std::vector<std::string> command;        // command: argv, run in `cwd`, argv[0] looked up in PATH
   std::string cwd;                         // command: default the scenario file's folder (absolute)
@@ -56,7 +56,19 @@ struct EngineSpec {
   std::string model_format = "hf";                    // what the adapter loads: hf | gguf
   double reply_timeout_s = 0;  // longest wait for one answer; 0: 90% of timeout_s
 
+  // http: a server under test, either one already running (`url`) or one bih launches from a
+  // profile (spec/server_profile.hpp). `name` defaults to the profile's name, or "http".
+  std::string url;      // "http://127.0.0.1:8000": a running server; exclusive with `profile`
+  std::string profile;  // a shipped profile's name ("vllm") or a profile file (absolute)
+  std::string dialect;  // openai | sglang | llama.cpp; default: the profile's first
+  std::string batching = "request";  // request (one request, every prompt) | concurrent
+  std::string served_model;          // the request's "model" field; default: the profile's
+  std::vector<std::string> args;     // server arguments after the profile's own
+  std::string reset_cache;           // url: "POST /path" that empties the prefix cache
+  double ready_timeout_s = 0;        // profile: longest wait for readiness; 0: the profile's
+
   bool is_bih() const { return kind == "bih"; }
+  bool is_http() const { return kind == "http"; }
 };
 
 struct Scenario {
