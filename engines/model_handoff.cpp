@@ -132,7 +132,10 @@ void export_entry(const Scenario& s, const fs::path& target) {
 
 }  // namespace
 
-std::string bih_cache_dir() {
+namespace {
+
+// The cache folder's path, neither created nor checked.
+fs::path cache_root() {
   fs::path root;
   if (const char* dir = std::getenv("BIH_CACHE_DIR"); dir != nullptr && *dir != '\0') {
     root = dir;
@@ -144,7 +147,14 @@ std::string bih_cache_dir() {
     root = fs::temp_directory_path() / "bih-cache";
   }
   std::error_code ec;
-  root = fs::absolute(root, ec);
+  return fs::absolute(root, ec);
+}
+
+}  // namespace
+
+std::string bih_cache_dir() {
+  const fs::path root = cache_root();
+  std::error_code ec;
   // The model's path travels in the engine protocol and the report, both JSON text.
   if (!is_utf8(root.string())) {
     throw InputError("bih's cache folder " + printable(root.string()) +
@@ -184,6 +194,11 @@ std::string cache_entry_mismatch(const std::string& entry) {
   }
   return "does not hold the bytes its record " + record_path(entry) +
          " describes (sizes or digests differ)";
+}
+
+std::string handed_off_model_path(const Scenario& s) {
+  if (!s.model.path.empty() && s.engine.model_format == "hf") return s.model.path;
+  return (cache_root() / "models" / cache_name(s)).string();
 }
 
 protocol::ModelHandle hand_off_model(const Scenario& s, std::string* notice) {

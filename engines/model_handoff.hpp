@@ -32,6 +32,10 @@ std::string bih_cache_dir();
 // only when it fails).
 protocol::ModelHandle hand_off_model(const Scenario& s, std::string* notice = nullptr);
 
+// The path hand_off_model(s) hands over, without exporting or checking anything (a dry run's
+// command line). The cache folder is named, not created.
+std::string handed_off_model_path(const Scenario& s);
+
 // Why the cache entry at `entry` does not match its record (NAME.verify.json): "" when it matches.
 std::string cache_entry_mismatch(const std::string& entry);
 

@@ -40,6 +40,9 @@ struct ServerProfile {
   HttpEndpoint resolved;     // optional: what the server says it resolved, recorded
   HttpEndpoint reset_cache;  // optional: empties the prefix cache
   bool knobs_file = false;   // every knob goes to the server in "{knobs_file}"
+  // The GPUs the server needs: a knob's value ("parallel.tp": the scenario's tp, set or not) or
+  // a count ("1"); "" for none. Fewer visible GPUs make the scenario `unsupported`.
+  std::string gpus;
   nlohmann::json knobs = nlohmann::json::object();    // knob leaf -> mapping (docs)
   nlohmann::json options = nlohmann::json::object();  // engine.options key -> mapping
 };
@@ -69,7 +72,17 @@ struct ServerLaunch {
   nlohmann::json request_fields = nlohmann::json::object();  // merged into every request body
   std::string served_model;
   std::string unsupported;
+  int gpus = 0;  // the GPUs it needs (the profile's "gpus" resolved for this scenario)
 };
+// Pure: reads no file and starts nothing (the mapping tests call it directly). Argument order:
+// the profile's command, each set knob's arguments (Scenario::knobs_set order), each JSON-valued
+// argument assembled from knobs ("--compilation-config" '{...}'), each engine.options entry's
+// arguments (key order), then engine.args as they are. Environment: the profile's, the knobs',
+// the options', then engine.env (the user's word last).
 ServerLaunch map_server_launch(const ServerProfile& p, const Scenario& s, const ServerVars& vars);
+
+// The folders searched for shipped profiles, in order: $BIH_PROFILE_PATH's (colon-separated),
+// then adapters/ beside the executable's folder and one above it (build/bih, build/tests/...).
+std::vector<std::string> profile_search_dirs();
 
 }  // namespace bih

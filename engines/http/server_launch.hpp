@@ -29,12 +29,25 @@ class LaunchedServer {
   virtual std::string log_tail(int lines = 20) const = 0;
 };
 
-// Starts scenario s's server (s.engine.profile) with its output in work_dir/server.log. Throws
-// UnsupportedError when the profile cannot honour a knob, InfraError (quoting the log's tail)
-// when the server exits, or is not ready within the timeout.
-std::unique_ptr<LaunchedServer> launch_server(const Scenario& s, const std::string& work_dir);
+struct LaunchSettings {
+  double stop_grace_s = 10;  // SIGTERM to SIGKILL when the server is stopped
+  int attempts = 3;          // launches on fresh ports while the server says its port is taken
+};
 
-// What launch_server would run (the port shown as "{port}"), for `bih run --dry-run`.
+// Starts scenario s's server (s.engine.profile) with its output appended to work_dir/server.log,
+// the knobs file (when the profile has knobs_file) at work_dir/knobs.json. Throws
+// UnsupportedError when the profile cannot honour a knob, its program is not found or the
+// machine has fewer GPUs than it needs; InfraError (quoting the log's tail) when the server
+// exits, or is not ready within the timeout (engine.ready_timeout_s, else the profile's), or bih
+// is interrupted (SIGINT/SIGTERM) meanwhile.
+std::unique_ptr<LaunchedServer> launch_server(const Scenario& s, const std::string& work_dir,
+                                              const LaunchSettings& settings = {});
+
+// The profile of scenario s (s.engine.profile, relative to s.source_file). InputError.
+ServerProfile scenario_server_profile(const Scenario& s);
+
+// What launch_server would run (the port shown as "{port}", the work folder as "{work_dir}", the
+// model at the path bih would hand it over at, nothing exported), for `bih run --dry-run`.
 ServerLaunch planned_server_launch(const Scenario& s);
 
 }  // namespace bih
