@@ -191,6 +191,7 @@ ServerLaunch map_server_launch(const ServerProfile& p, const Scenario& s, const 
   }
 
   for (const std::string& a : p.command) launch.argv.push_back(expand_template(a, tv));
+  for (const std::string& a : p.check) launch.check.push_back(expand_template(a, tv));
   for (auto& a : mapped.args) launch.argv.push_back(std::move(a));
   for (const auto& [arg, value] : mapped.json_args) {
     launch.argv.push_back(arg);

@@ -21,9 +21,9 @@ namespace {
 
 const char* const kFormat = "bih.server-profile/1";
 const std::vector<std::string> kTopKeys{
-    "$schema",     "format",     "name",         "doc",   "model_format", "command",
-    "env",         "dialects",   "served_model", "ready", "version",      "resolved",
-    "reset_cache", "knobs_file", "gpus",         "knobs", "options"};
+    "$schema",  "format",      "name",       "doc",          "model_format", "command",
+    "check",    "env",         "dialects",   "served_model", "ready",        "version",
+    "resolved", "reset_cache", "knobs_file", "gpus",         "knobs",        "options"};
 const std::vector<std::string> kEndpointKeys{"method", "path", "body", "timeout_s", "doc"};
 const std::vector<std::string> kMappingKeys{"doc",  "args", "env",    "request",    "json_arg",
                                             "path", "map",  "values", "unsupported"};
@@ -218,6 +218,14 @@ ServerProfile parse_profile(const std::string& file) {
         checked_template((*command)[i], at.at("command").at(i), TemplateScope::launch));
   }
   if (p.command[0].empty()) at.at("command").at(0).fail("an empty program", "a program name");
+  if (const auto it = j.find("check"); it != j.end()) {
+    if (!it->is_array() || it->empty()) {
+      at.at("check").fail("expected a non-empty array", "argument templates, as command");
+    }
+    for (size_t i = 0; i < it->size(); ++i) {
+      p.check.push_back(checked_template((*it)[i], at.at("check").at(i), TemplateScope::launch));
+    }
+  }
   if (const auto it = j.find("env"); it != j.end()) {
     p.env = checked_env(*it, at.at("env"), TemplateScope::launch);
   }

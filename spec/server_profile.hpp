@@ -29,8 +29,11 @@ struct HttpEndpoint {
 struct ServerProfile {
   std::string file;  // where it was read from (absolute)
   std::string name;  // "vllm": the scenario id's engine=<name> unless engine.name says otherwise
-  std::string model_format = "hf";         // what the server loads: hf | gguf
-  std::vector<std::string> command;        // templates: "{port}", "{model.path}", "{env:NAME|x}"
+  std::string model_format = "hf";   // what the server loads: hf | gguf
+  std::vector<std::string> command;  // templates: "{port}", "{model.path}", "{env:NAME|x}"
+  // Optional: a command (templates) that succeeds when the server is installed ("python3 -c
+  // 'import sglang'"), run before the model is handed over; its failure is `unsupported`.
+  std::vector<std::string> check;
   std::map<std::string, std::string> env;  // templates
   std::vector<std::string> dialects;       // the first is the default
   std::string served_model;                // the request's "model" field (template)
@@ -68,7 +71,8 @@ struct ServerVars {
 // cannot honour a knob the scenario set (`unsupported`, then the rest is empty).
 struct ServerLaunch {
   std::vector<std::string> argv;
-  std::map<std::string, std::string> env;                    // added to bih's environment
+  std::vector<std::string> check;          // the profile's check, filled in; empty: none
+  std::map<std::string, std::string> env;  // added to bih's environment
   nlohmann::json request_fields = nlohmann::json::object();  // merged into every request body
   std::string served_model;
   std::string unsupported;

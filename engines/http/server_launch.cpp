@@ -4,6 +4,7 @@
 #include "engines/http/server_launch.hpp"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <httplib.h>
 
 #include <algorithm>
@@ -158,6 +159,7 @@ class Launched final : public LaunchedServer {
           probe.argv[0].find('/') != std::string::npos ? "or not executable" : "in PATH",
           profile_.file));
     }
+    if (!probe.check.empty()) run_check(probe, path, work_dir, name);
     if (probe.gpus > 0) {
       const int gpus = visible_gpu_count();
       if (gpus < probe.gpus) {
@@ -269,6 +271,32 @@ class Launched final : public LaunchedServer {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       delay_ms = std::min(delay_ms * 2, 250);
     }
+  }
+
+  // The profile's check: `unsupported` with what it said when the server is not installed.
+  void run_check(const ServerLaunch& probe, const std::string& path, const std::string& work_dir,
+                 const std::string& name) {
+    std::vector<std::string> argv = probe.check;
+    const std::string program = find_program(argv[0], path);
+    const std::string shown = fmt::format("{}", fmt::join(probe.check, " "));
+    if (program.empty()) {
+      throw UnsupportedError(
+          fmt::format("engine {}: program '{}' of the check `{}` not found in "
+                      "PATH (profile {})",
+                      name, argv[0], shown, profile_.file));
+    }
+    argv[0] = program;
+    const std::string log = (fs::path(work_dir) / "server-check.log").string();
+    std::string out;
+    const ChildResult r = run_child(argv, log, 120, [&](const std::string& line) {
+      if (out.size() < 2000) out += line + "\n";
+    });
+    if (r.interrupted)
+      throw InfraError("bih was interrupted during the server check `" + shown + "`");
+    if (r.ok()) return;
+    throw UnsupportedError(fmt::format(
+        "engine {}: the server is not installed here: its check `{}` {} (profile {}):{}", name,
+        shown, r.describe(), profile_.file, quoted_tail(log, 6)));
   }
 
   LaunchSettings settings_;
