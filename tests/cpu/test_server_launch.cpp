@@ -343,6 +343,27 @@ TEST_F(ServerLaunchTree, NothingOutlivesSigtermWhileTheServerRuns) {
 TEST_F(ServerLaunchTree, NothingOutlivesSigkillOfBih) { run_and_signal("ok", SIGKILL, false); }
 TEST_F(ServerLaunchTree, NothingOutlivesASigkilledWorker) { run_and_signal("ok", 0, true); }
 
+// Without a subreaper above it (no guardian), the server itself still dies with the process that
+// started it (PR_SET_PDEATHSIG); its own child is then the subreaper's in bih, killed here.
+TEST_F(ServerLaunchTest, TheServerDiesWithItsStarterByItself) {
+  const Scenario s = scenario("ok");
+  const pid_t worker = fork();
+  if (worker == 0) {
+    try {
+      const auto server = launch_server(s, dir_.string());
+      pause();
+    } catch (...) {
+    }
+    _exit(3);
+  }
+  const std::vector<pid_t> ps = pids();
+  ASSERT_EQ(ps.size(), 2u);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(worker, &status, 0), worker);
+  expect_gone({ps[0]}, 3s);
+}
+
 }  // namespace
 }  // namespace bih
 
