@@ -35,9 +35,8 @@ std::string find_program(const std::string& argv0, const std::string& path) {
   size_t from = 0;
   while (from <= path.size()) {
     const size_t colon = path.find(':', from);
-    std::string dir = path.substr(from, colon == std::string::npos ? colon : colon - from);
-    if (dir.empty()) dir = ".";
-    const std::string candidate = dir + "/" + argv0;
+    const std::string dir = path.substr(from, colon == std::string::npos ? colon : colon - from);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + argv0;
     if (runnable(candidate)) return candidate;
     if (colon == std::string::npos) break;
     from = colon + 1;
