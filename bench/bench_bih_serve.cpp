@@ -20,8 +20,8 @@ namespace {
 constexpr int kMaxTokens = 8;
 
 EngineBundle tiny_engine() {
-  return make_engine(scenario_from_knobs({{"preset", "tiny"}}, nlohmann::json::object(), 64, 512,
-                                         1, "bench"));
+  return make_engine(
+      scenario_from_knobs({{"preset", "tiny"}}, nlohmann::json::object(), 64, 512, 1, "bench"));
 }
 
 const std::vector<int32_t> kPrompt{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26};
@@ -51,10 +51,12 @@ struct LocalServer {
 };
 
 const std::string& request_body() {
-  static const std::string body =
-      nlohmann::json{{"prompt", kPrompt}, {"max_tokens", kMaxTokens}, {"temperature", 0},
-                     {"logprobs", 1},     {"return_token_ids", true}}
-          .dump();
+  static const std::string body = nlohmann::json{
+      {"prompt", kPrompt},
+      {"max_tokens", kMaxTokens},
+      {"temperature", 0},
+      {"logprobs", 1},
+      {"return_token_ids", true}}.dump();
   return body;
 }
 

@@ -50,6 +50,13 @@ Scenario scenario_from_knobs(const json& model, const json& knobs, int max_batch
     std::replace(path.begin(), path.end(), '.', '/');
     s[json::json_pointer(path)] = value;
   }
+  // A knob plan.max_num_seqs moves the planned batch with it (unless it is planned too).
+  const json& seqs = s["plan"]["max_num_seqs"];
+  if (seqs.is_number_integer() && seqs.get<int64_t>() >= 1 && seqs.get<int64_t>() <= 1 << 20 &&
+      !knobs.contains("plan.batch_sizes")) {
+    const int64_t n = seqs.get<int64_t>();
+    s["plan"]["batch_sizes"] = n > 1 ? json{1, n} : json{1};
+  }  // else scenario_from_json names what is wrong with it
   Scenario scenario = scenario_from_json(s, where);
   if (scenario.ranks == RankKind::nccl) {
     throw UnsupportedError(

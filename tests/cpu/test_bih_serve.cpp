@@ -74,8 +74,8 @@ int read_port(int fd, std::string& seen) {
 }
 
 std::vector<std::string> serve_args(const std::string& knobs_file) {
-  return {BIH_BINARY, "serve",  "--knobs", knobs_file, "--preset",
-          "tiny",     "--host", "127.0.0.1", "--port", "0"};
+  return {BIH_BINARY, "serve",  "--knobs",   knobs_file, "--preset",
+          "tiny",     "--host", "127.0.0.1", "--port",   "0"};
 }
 
 std::vector<char*> c_argv(const std::vector<std::string>& args) {
@@ -159,9 +159,10 @@ EngineBundle in_process_engine(const json& knobs) {
 }
 
 json completion_body(const json& prompt) {
-  return {{"prompt", prompt},   {"max_tokens", kMaxTokens},          {"temperature", 0},
-          {"ignore_eos", true}, {"logprobs", 1},                     {"return_token_ids", true},
-          {"stream", false},    {"return_tokens_as_token_ids", true}};
+  return {{"prompt", prompt}, {"max_tokens", kMaxTokens},
+          {"temperature", 0}, {"ignore_eos", true},
+          {"logprobs", 1},    {"return_token_ids", true},
+          {"stream", false},  {"return_tokens_as_token_ids", true}};
 }
 
 json post(httplib::Client& c, const std::string& path, const json& body, int* status) {
@@ -206,7 +207,8 @@ TEST(BihServe, OneRequestOfEightPromptsIsBitwiseTheInProcessGenerate) {
   ASSERT_GT(server.port(), 0) << server.output();
   const auto prompts = test_prompts(8, 3);
   int status = 0;
-  const json reply = post(server.client(), "/v1/completions", completion_body(prompts), &status);
+  auto client = server.client();
+  const json reply = post(client, "/v1/completions", completion_body(prompts), &status);
   ASSERT_EQ(status, 200) << reply.dump();
   EXPECT_EQ(reply.at("object"), "text_completion");
   EXPECT_EQ(reply.at("usage").at("completion_tokens"), 8 * kMaxTokens);
@@ -277,9 +279,10 @@ TEST(BihServe, ConcurrentRequestsUnderVendorKernelsAloneOnesKeepTheirBits) {
     if (batch == 1) EXPECT_TRUE(same) << "prompt " << i << " ran alone yet differs";
     differing += same ? 0 : 1;
   }
-  std::printf("[ bih serve ] vendor, 8 concurrent requests: largest batch %d, %d of 8 differ "
-              "from bs=1\n",
-              max_batch, differing);
+  std::printf(
+      "[ bih serve ] vendor, 8 concurrent requests: largest batch %d, %d of 8 differ "
+      "from bs=1\n",
+      max_batch, differing);
 }
 
 TEST(BihServe, BadRequestsAre400NamingTheField) {
@@ -393,8 +396,7 @@ TEST(BihServe, StopsOnSigtermAndDiesWithItsParent) {
   close(out[1]);
   close(pids[1]);
   pid_t server_pid = -1;
-  ASSERT_EQ(read(pids[0], &server_pid, sizeof server_pid),
-            static_cast<ssize_t>(sizeof server_pid));
+  ASSERT_EQ(read(pids[0], &server_pid, sizeof server_pid), static_cast<ssize_t>(sizeof server_pid));
   std::string seen;
   EXPECT_GT(read_port(out[0], seen), 0) << seen;
   EXPECT_TRUE(alive(server_pid));

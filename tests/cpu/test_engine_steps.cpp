@@ -62,7 +62,7 @@ std::vector<SequenceResult> run_to_end(Engine& engine, const std::vector<Sequenc
 }
 
 TEST(EngineSteps, SequencesJoiningMidFlightGiveTheirAloneBitsUnderInvariantKernels) {
-  EngineOptions options;  // invariant kernels
+  EngineOptions options;                    // invariant kernels
   options.chunked_prefill_max_tokens = 24;  // prefills split across steps, beside decodes
   auto t = make_engine(options);
   const auto batch = prompts(6, 8, 40, 21);
@@ -145,9 +145,9 @@ TEST(EngineSteps, AddRefusesWhatTheEngineCannotRun) {
   EXPECT_THROW(t.engine->add({1, -1}, 4), std::invalid_argument);
   EXPECT_THROW(t.engine->add({1, 2, 3}, 30), std::invalid_argument);  // 33 > 32
   EXPECT_THROW(t.engine->add({1, 2, 3}, 0), std::invalid_argument);
-  EXPECT_TRUE(t.engine->idle());  // nothing refused was queued
-  const SequenceId id = t.engine->add({1, 2, 3}, 29);  // exactly max_model_len
-  EXPECT_THROW(t.engine->take(id), std::logic_error);  // not done yet
+  EXPECT_TRUE(t.engine->idle());                                    // nothing refused was queued
+  const SequenceId id = t.engine->add({1, 2, 3}, 29);               // exactly max_model_len
+  EXPECT_THROW(t.engine->take(id), std::logic_error);               // not done yet
   EXPECT_THROW(t.engine->generate({{1, 2}}, 2), std::logic_error);  // not idle
   t.engine->abort_all();
   EXPECT_TRUE(t.engine->idle());
