@@ -8,6 +8,7 @@
 #include "engines/http/bih_server.hpp"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -65,6 +66,7 @@ struct BihServer::State {
   bool stopping = false;
   std::thread scheduler;
   std::atomic<int64_t> next_request{0};
+  int listen_fd = -1;
 
   // Ends a request (under the lock).
   void finish(Pending* p, int status, const std::string& error) {
@@ -223,6 +225,16 @@ BihServer::BihServer(Engine& engine, BihServerInfo info)
   const int threads = engine.options().max_num_seqs + 8;
   state_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   state_->http.set_payload_max_length(64u << 20);
+  // Headers and body go out as separate writes: without TCP_NODELAY, Nagle holds the body until
+  // the client's delayed ACK (tens of ms per request).
+  state_->http.set_tcp_nodelay(true);
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's
+  // libcpp-httplib): more clients connecting at once lose their SYN and retry a second later.
+  // bind() raises it on the listening socket, which this callback hands over.
+  state_->http.set_socket_options([state = state_.get()](socket_t sock) {
+    httplib::default_socket_options(sock);
+    state->listen_fd = sock;
+  });
   state_->routes();
 }
 
@@ -232,15 +244,16 @@ BihServer::~BihServer() {
 }
 
 int BihServer::bind(const std::string& host, int port) {
+  int bound = port;
   if (port == 0) {
-    const int bound = state_->http.bind_to_any_port(host);
+    bound = state_->http.bind_to_any_port(host);
     if (bound <= 0) throw InfraError("bih serve: cannot bind a free port on " + host);
-    return bound;
-  }
-  if (!state_->http.bind_to_port(host, port)) {
+  } else if (!state_->http.bind_to_port(host, port)) {
     throw InfraError("bih serve: cannot bind " + host + ":" + std::to_string(port));
   }
-  return port;
+  // listen() again on a listening socket sets its backlog (Linux).
+  if (state_->listen_fd >= 0) ::listen(state_->listen_fd, SOMAXCONN);
+  return bound;
 }
 
 void BihServer::run() {
