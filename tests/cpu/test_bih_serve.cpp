@@ -408,6 +408,19 @@ TEST(BihServe, StopsOnSigtermAndDiesWithItsParent) {
   close(pids[0]);
 }
 
+TEST(BihServe, BadKnobsAndArgumentsExitTwoNamingThem) {
+  const auto dir = testing::fresh_dir("serve-bad");
+  const std::string knobs = (dir / "knobs.json").string();
+  std::ofstream(knobs) << R"({"parallel.tp": "two"})";
+  auto r = testing::run_bih({"serve", "--knobs", knobs, "--preset", "tiny", "--port", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find(knobs), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/parallel/tp"), std::string::npos) << r.output;
+  r = testing::run_bih({"serve", "--preset", "tiny", "--model", "/nonexistent", "--port", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("exactly one"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace bih
 
