@@ -26,5 +26,6 @@ Command add_probe_command(CLI::App& app);
 Command add_gate_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
 Command add_adapter_command(CLI::App& app);
+Command add_serve_command(CLI::App& app);
 
 }  // namespace bih::cli

@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
       bih::cli::add_matrix_command(app),
       bih::cli::add_export_command(app),
       bih::cli::add_adapter_command(app),
+      bih::cli::add_serve_command(app),
       bih::cli::add_worker_command(app),
   };
   // clang-format on

@@ -19,8 +19,7 @@ using nlohmann::json;
 
 void send(std::ostream& out, const json& message) { out << message.dump() << "\n" << std::flush; }
 
-// The scenario the init describes: its model folder, its knobs (scenario keys, dotted) and a plan
-// that fits its limits.
+// The scenario the init describes: its model folder, its knobs and its limits.
 Scenario scenario_of(const json& init) {
   const json& model = init.at("model");
   if (model.at("format") != "hf") {
@@ -28,27 +27,53 @@ Scenario scenario_of(const json& init) {
                            model.at("format").dump() + " (use engine.model_format \"hf\")");
   }
   const json& limits = init.at("limits");
-  const int max_batch = std::max(1, limits.at("max_batch").get<int>());
-  json s = {{"model", {{"path", model.at("path")}}},
+  return scenario_from_knobs({{"path", model.at("path")}}, init.at("knobs"),
+                             limits.at("max_batch").get<int>(),
+                             limits.at("max_model_len").get<int>(),
+                             limits.at("max_tokens").get<int>(), "bih adapter init");
+}
+
+}  // namespace
+
+Scenario scenario_from_knobs(const json& model, const json& knobs, int max_batch, int max_model_len,
+                             int max_tokens, const std::string& where) {
+  max_batch = std::max(1, max_batch);
+  json s = {{"model", model},
             {"plan",
-             {{"max_model_len", limits.at("max_model_len")},
+             {{"max_model_len", max_model_len},
               {"max_num_seqs", max_batch},
-              {"max_tokens", limits.at("max_tokens")},
+              {"max_tokens", max_tokens},
               {"prompts", {{"min_len", 1}, {"max_len", 1}}},
               {"batch_sizes", max_batch > 1 ? json{1, max_batch} : json{1}}}}};
-  for (const auto& [dotted, value] : init.at("knobs").items()) {
+  for (const auto& [dotted, value] : knobs.items()) {
     std::string path = "/" + dotted;  // "parallel.tp" -> "/parallel/tp"
     std::replace(path.begin(), path.end(), '.', '/');
     s[json::json_pointer(path)] = value;
   }
-  Scenario scenario = scenario_from_json(s, "bih adapter init");
+  // A knob plan.max_num_seqs moves the planned batch with it (unless it is planned too).
+  const json& seqs = s["plan"]["max_num_seqs"];
+  if (seqs.is_number_integer() && seqs.get<int64_t>() >= 1 && seqs.get<int64_t>() <= 1 << 20 &&
+      !knobs.contains("plan.batch_sizes")) {
+    const int64_t n = seqs.get<int64_t>();
+    s["plan"]["batch_sizes"] = n > 1 ? json{1, n} : json{1};
+  }  // else scenario_from_json names what is wrong with it
+  Scenario scenario = scenario_from_json(s, where);
   if (scenario.ranks == RankKind::nccl) {
-    throw UnsupportedError("bih adapter runs one process; parallel.ranks nccl needs one per GPU");
+    throw UnsupportedError(
+        "bih's engine runs in one process here; parallel.ranks nccl needs one "
+        "per GPU");
   }
   return scenario;
 }
 
-}  // namespace
+json resolved_settings(const Scenario& s, const EngineIdentity& id) {
+  json settings = s.to_json();
+  settings.erase("plan");
+  settings.erase("name");
+  settings.erase("debug");
+  for (const auto& [key, value] : id.details.items()) settings[key] = value;
+  return settings;
+}
 
 int serve_bih_engine(std::istream& in, std::ostream& out) {
   std::unique_ptr<TestedEngine> engine;
@@ -77,11 +102,7 @@ int serve_bih_engine(std::istream& in, std::ostream& out) {
         }
         engine = EngineRegistry::instance().make(s, EngineContext{});
         const EngineIdentity& id = engine->identity();
-        json settings = s.to_json();
-        settings.erase("plan");
-        settings.erase("name");
-        settings.erase("debug");
-        for (const auto& [key, value] : id.details.items()) settings[key] = value;
+        const json settings = resolved_settings(s, id);
         send(out, {{"type", "hello"},
                    {"protocol", protocol::kVersion},
                    {"engine", {{"name", id.name}, {"version", id.version}}},

@@ -74,127 +74,197 @@ void Engine::pad_step(StepBatch& step) const {
   step.slots.resize(rows, -1);
 }
 
+void Engine::check_sequence(const char* who, const std::vector<int32_t>& prompt,
+                            int max_tokens) const {
+  const std::string at = std::string(who) + ": ";
+  if (prompt.empty()) throw std::invalid_argument(at + "empty prompt");
+  if (max_tokens < 1) {
+    throw std::invalid_argument(at + "max_tokens " + std::to_string(max_tokens) + " is below 1");
+  }
+  if (int64_t{static_cast<int64_t>(prompt.size())} + max_tokens > options_.max_model_len) {
+    throw std::invalid_argument(at + "prompt of " + std::to_string(prompt.size()) + " tokens + " +
+                                std::to_string(max_tokens) +
+                                " exceeds max_model_len=" + std::to_string(options_.max_model_len));
+  }
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= vocab_size_) {
+      throw std::invalid_argument(at + "token id " + std::to_string(t) +
+                                  " outside the vocabulary [0, " + std::to_string(vocab_size_) +
+                                  ")");
+    }
+  }
+}
+
+void Engine::check(const std::vector<int32_t>& prompt, int max_tokens) const {
+  check_sequence("add", prompt, max_tokens);
+}
+
+SequenceId Engine::add(std::vector<int32_t> prompt, int max_tokens) {
+  check(prompt, max_tokens);
+  if (idle()) next_index_ = 0;
+  Seq s;
+  s.id = next_id_++;
+  s.index = next_index_++;
+  s.max_tokens = max_tokens;
+  s.prompt_len = static_cast<int>(prompt.size());
+  s.tokens = std::move(prompt);
+  waiting_.push_back(std::move(s));
+  return waiting_.back().id;
+}
+
+bool Engine::done(SequenceId id) const { return finished_.count(id) != 0; }
+
+SequenceResult Engine::take(SequenceId id) {
+  auto it = finished_.find(id);
+  if (it == finished_.end()) {
+    throw std::logic_error("take: sequence " + std::to_string(id) + " is not done");
+  }
+  SequenceResult r = std::move(it->second);
+  finished_.erase(it);
+  return r;
+}
+
+void Engine::abort_all() {
+  for (Seq& s : running_) blocks_.release(s.table);
+  running_.clear();
+  waiting_.clear();
+  finished_.clear();
+}
+
+StepReport Engine::step(GenerateStats* stats) {
+  GenerateStats local_stats;
+  GenerateStats& st = stats ? *stats : local_stats;
+  // Admission: the prefix cache gives a sequence its cached blocks as it joins.
+  while (!waiting_.empty() && static_cast<int>(running_.size()) < options_.max_num_seqs) {
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    Seq& s = running_.back();
+    s.num_computed = blocks_.acquire_prefix(s.tokens, s.table);
+    s.registered = s.num_computed / options_.block_size;
+    st.prefix_hit_tokens += s.num_computed;
+  }
+  StepReport report;
+  if (running_.empty()) return report;
+
+  StepBatch step;
+  struct RowSpan {
+    int seq;
+    int count;
+    bool samples;
+  };
+  std::vector<RowSpan> spans;
+  int budget =
+      options_.chunked_prefill_max_tokens > 0 ? options_.chunked_prefill_max_tokens : 1 << 30;
+  auto add_rows = [&](int si, int count, bool decode) {
+    Seq& s = running_[si];
+    blocks_.ensure_capacity(s.num_computed + count, s.table);
+    for (int j = 0; j < count; ++j) {
+      const int pos = s.num_computed + j;
+      step.tokens.push_back(s.tokens[pos]);
+      step.positions.push_back(pos);
+      step.slots.push_back(static_cast<int64_t>(s.table[pos / options_.block_size]) *
+                               options_.block_size +
+                           pos % options_.block_size);
+      step.queries.push_back(cpu::AttentionQuery{s.table.data(), pos + 1, decode});
+    }
+    const bool samples = s.num_computed + count == static_cast<int>(s.tokens.size());
+    if (samples) step.logit_rows.push_back(static_cast<int>(step.tokens.size()) - 1);
+    // Trace every row of the traced sequence in the step that samples its traced token.
+    if (samples && trace_sink_ && s.index == trace_request_.sequence &&
+        static_cast<int>(s.out.tokens.size()) == trace_request_.step) {
+      for (int j = 0; j < count; ++j) {
+        step.trace_rows.push_back(static_cast<int>(step.tokens.size()) - count + j);
+        step.trace_positions.push_back(s.num_computed + j);
+      }
+      step.trace = trace_sink_;
+    }
+    spans.push_back(RowSpan{si, count, samples});
+    budget -= count;
+  };
+  // Decode rows first, then prefill chunks, as a serving scheduler orders them.
+  const int n = static_cast<int>(running_.size());
+  for (int i = 0; i < n && budget > 0; ++i) {
+    if (running_[i].num_computed >= running_[i].prompt_len) {
+      add_rows(i, 1, true);
+      ++step.num_decode;
+    }
+  }
+  for (int i = 0; i < n && budget > 0; ++i) {
+    Seq& s = running_[i];
+    if (s.num_computed >= s.prompt_len) continue;
+    add_rows(i, std::min(s.prompt_len - s.num_computed, budget), false);
+  }
+  pad_step(step);
+  forward_->run(step);
+  ++st.steps;
+  st.rows += step.rows_padded;
+  st.real_rows += step.rows_real;
+  st.sp_steps += step.sp ? 1 : 0;
+  report.ran.reserve(spans.size());
+  for (const RowSpan& span : spans) report.ran.push_back(running_[span.seq].id);
+
+  size_t sample_index = 0;
+  std::vector<bool> finished(running_.size(), false);
+  for (const RowSpan& span : spans) {
+    Seq& s = running_[span.seq];
+    s.num_computed += span.count;
+    if (span.samples) {
+      s.out.tokens.push_back(step.sampled[sample_index]);
+      s.out.logprobs.push_back(step.sampled_logprob[sample_index]);
+      ++sample_index;
+      s.tokens.push_back(s.out.tokens.back());
+      finished[span.seq] = static_cast<int>(s.out.tokens.size()) == s.max_tokens;
+    }
+    blocks_.register_full_blocks(s.tokens, s.num_computed, s.table, s.registered);
+    if (finished[span.seq]) {
+      blocks_.release(s.table);
+      report.finished.push_back(s.id);
+      finished_.emplace(s.id, std::move(s.out));
+    }
+  }
+  // Finished sequences leave; the rest keep their order.
+  size_t kept = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    if (!finished[i]) {
+      if (kept != i) running_[kept] = std::move(running_[i]);
+      ++kept;
+    }
+  }
+  running_.resize(kept);
+  return report;
+}
+
 std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32_t>>& prompts,
                                              int max_tokens, GenerateStats* stats,
                                              const StepCallback& on_step) {
+  if (!idle()) {
+    throw std::logic_error("generate: " + std::to_string(running() + waiting()) +
+                           " sequences added with add() are unfinished");
+  }
   if (static_cast<int>(prompts.size()) > options_.max_num_seqs) {
     throw std::invalid_argument(
         "generate: " + std::to_string(prompts.size()) +
         " prompts exceed max_num_seqs=" + std::to_string(options_.max_num_seqs));
   }
-  struct Seq {
-    std::vector<int32_t> tokens;  // prompt, then generated tokens
-    int prompt_len = 0;
-    int num_computed = 0;  // tokens whose KV is in the cache
-    std::vector<int32_t> table;
-    int registered = 0;
-    bool done = false;
-    SequenceResult out;
-  };
+  for (const auto& prompt : prompts) check_sequence("generate", prompt, max_tokens);
   GenerateStats local_stats;
   GenerateStats& st = stats ? *stats : local_stats;
-  std::vector<Seq> seqs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    Seq& s = seqs[i];
-    s.tokens = prompts[i];
-    s.prompt_len = static_cast<int>(prompts[i].size());
-    if (s.prompt_len == 0) throw std::invalid_argument("generate: empty prompt");
-    if (s.prompt_len + max_tokens > options_.max_model_len) {
-      throw std::invalid_argument(
-          "generate: prompt of " + std::to_string(s.prompt_len) + " tokens + " +
-          std::to_string(max_tokens) +
-          " exceeds max_model_len=" + std::to_string(options_.max_model_len));
-    }
-    for (int32_t t : s.tokens) {
-      if (t < 0 || t >= vocab_size_) {
-        throw std::invalid_argument("generate: token id " + std::to_string(t) +
-                                    " outside the vocabulary [0, " + std::to_string(vocab_size_) +
-                                    ")");
-      }
-    }
-    s.num_computed = blocks_.acquire_prefix(s.tokens, s.table);
-    s.registered = s.num_computed / options_.block_size;
-    st.prefix_hit_tokens += s.num_computed;
-  }
-
+  std::vector<SequenceId> ids;
+  ids.reserve(prompts.size());
+  for (const auto& prompt : prompts) ids.push_back(add(prompt, max_tokens));
   int finished = 0;
-  while (finished < static_cast<int>(seqs.size())) {
-    StepBatch step;
-    struct RowSpan {
-      int seq;
-      int count;
-      bool samples;
-    };
-    std::vector<RowSpan> spans;
-    int budget =
-        options_.chunked_prefill_max_tokens > 0 ? options_.chunked_prefill_max_tokens : 1 << 30;
-    auto add_rows = [&](int si, int count, bool decode) {
-      Seq& s = seqs[si];
-      blocks_.ensure_capacity(s.num_computed + count, s.table);
-      for (int j = 0; j < count; ++j) {
-        const int pos = s.num_computed + j;
-        step.tokens.push_back(s.tokens[pos]);
-        step.positions.push_back(pos);
-        step.slots.push_back(static_cast<int64_t>(s.table[pos / options_.block_size]) *
-                                 options_.block_size +
-                             pos % options_.block_size);
-        step.queries.push_back(cpu::AttentionQuery{s.table.data(), pos + 1, decode});
-      }
-      const bool samples = s.num_computed + count == static_cast<int>(s.tokens.size());
-      if (samples) step.logit_rows.push_back(static_cast<int>(step.tokens.size()) - 1);
-      // Trace every row of the traced sequence in the step that samples its traced token.
-      if (samples && trace_sink_ && si == trace_request_.sequence &&
-          static_cast<int>(s.out.tokens.size()) == trace_request_.step) {
-        for (int j = 0; j < count; ++j) {
-          step.trace_rows.push_back(static_cast<int>(step.tokens.size()) - count + j);
-          step.trace_positions.push_back(s.num_computed + j);
-        }
-        step.trace = trace_sink_;
-      }
-      spans.push_back(RowSpan{si, count, samples});
-      budget -= count;
-    };
-    // Decode rows first, then prefill chunks, as a serving scheduler orders them.
-    for (size_t i = 0; i < seqs.size() && budget > 0; ++i) {
-      if (!seqs[i].done && seqs[i].num_computed >= seqs[i].prompt_len) {
-        add_rows(static_cast<int>(i), 1, true);
-        ++step.num_decode;
-      }
+  try {
+    while (finished < static_cast<int>(ids.size())) {
+      finished += static_cast<int>(step(&st).finished.size());
+      if (on_step) on_step(st.steps, finished, static_cast<int>(ids.size()));
     }
-    for (size_t i = 0; i < seqs.size() && budget > 0; ++i) {
-      Seq& s = seqs[i];
-      if (s.done || s.num_computed >= s.prompt_len) continue;
-      add_rows(static_cast<int>(i), std::min(s.prompt_len - s.num_computed, budget), false);
-    }
-    pad_step(step);
-    forward_->run(step);
-    ++st.steps;
-    st.rows += step.rows_padded;
-    st.real_rows += step.rows_real;
-    st.sp_steps += step.sp ? 1 : 0;
-
-    size_t sample_index = 0;
-    for (const RowSpan& span : spans) {
-      Seq& s = seqs[span.seq];
-      s.num_computed += span.count;
-      if (span.samples) {
-        s.out.tokens.push_back(step.sampled[sample_index]);
-        s.out.logprobs.push_back(step.sampled_logprob[sample_index]);
-        ++sample_index;
-        s.tokens.push_back(s.out.tokens.back());
-        if (static_cast<int>(s.out.tokens.size()) == max_tokens) {
-          s.done = true;
-          ++finished;
-        }
-      }
-      blocks_.register_full_blocks(s.tokens, s.num_computed, s.table, s.registered);
-      if (s.done) blocks_.release(s.table);
-    }
-    if (on_step) on_step(st.steps, finished, static_cast<int>(seqs.size()));
+  } catch (...) {
+    abort_all();
+    throw;
   }
   std::vector<SequenceResult> results;
-  results.reserve(seqs.size());
-  for (Seq& s : seqs) results.push_back(std::move(s.out));
+  results.reserve(ids.size());
+  for (SequenceId id : ids) results.push_back(take(id));
   return results;
 }
 

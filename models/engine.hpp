@@ -1,17 +1,23 @@
 // engine.hpp: the Qwen3 engine under test: a serving scheduler over a forward backend.
 //
-// Engine::generate runs a group of prompts to completion the way a serving engine does: a
-// scheduler fills each step with decode rows and (chunks of) prefills, the paged KV cache (with
-// prefix caching) gives every row its context, the batch is padded to a CUDA graph capture size
-// (and to a multiple of tp under SP), and the ForwardBackend (forward.hpp) runs the step on every
-// TP rank: the CPU backend (ranks as threads) or the CUDA one. All knobs that can move bits are in
-// EngineOptions.
+// The engine runs sequences the way a serving engine does: a scheduler fills each step with decode
+// rows and (chunks of) prefills, the paged KV cache (with prefix caching) gives every row its
+// context, the batch is padded to a CUDA graph capture size (and to a multiple of tp under SP),
+// and the ForwardBackend (forward.hpp) runs the step on every TP rank: the CPU backend (ranks as
+// threads) or the CUDA one. All knobs that can move bits are in EngineOptions.
+//
+// Two ways in. generate() runs a group to completion (the harness's batch). The step API (add,
+// step, done, take) is continuous batching: a sequence added between steps joins the running set
+// at the next step with room under max_num_seqs, so whatever is in flight decodes together
+// (bih serve). generate() is add-all + step-until-done, so both schedule a group identically.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "models/comm/communicator.hpp"
@@ -40,6 +46,15 @@ struct GenerateStats {
 // Called between steps: (steps done, sequences finished, sequences total).
 using StepCallback = std::function<void(int64_t, int, int)>;
 
+// A sequence added with Engine::add; valid until its result is taken.
+using SequenceId = int64_t;
+
+// What one Engine::step did.
+struct StepReport {
+  std::vector<SequenceId> ran;       // sequences with rows in the step (the batch it ran)
+  std::vector<SequenceId> finished;  // sequences whose last token the step sampled
+};
+
 class Engine {
  public:
   // Over any backend; vocab_size bounds the prompts' token ids.
@@ -56,26 +71,60 @@ class Engine {
 
   // Generates max_tokens greedy tokens for every prompt, all of them in flight together (so
   // prompts.size() is the batch size; at most max_num_seqs). The KV cache, prefix cache included,
-  // persists across calls, as in a long-lived serving engine.
+  // persists across calls, as in a long-lived serving engine. The engine must be idle().
   std::vector<SequenceResult> generate(const std::vector<std::vector<int32_t>>& prompts,
                                        int max_tokens, GenerateStats* stats = nullptr,
                                        const StepCallback& on_step = {});
 
+  // Throws std::invalid_argument when the engine cannot run `prompt` for max_tokens tokens (empty,
+  // longer than max_model_len with them, a token id outside the vocabulary, max_tokens < 1).
+  void check(const std::vector<int32_t>& prompt, int max_tokens) const;
+  // Queues a sequence (check()ed). It joins the running set at the first step() with room under
+  // max_num_seqs, in the order added; until then it waits.
+  SequenceId add(std::vector<int32_t> prompt, int max_tokens);
+  // Admits waiting sequences, then runs one scheduler step over every running sequence (decode
+  // rows first, then prefill chunks within the chunked-prefill budget). Nothing to run: a no-op.
+  // After a step that throws, the running sequences are lost: call abort_all() to go on.
+  StepReport step(GenerateStats* stats = nullptr);
+  // Whether `id` has all its tokens; take() hands its result over (and forgets it).
+  bool done(SequenceId id) const;
+  SequenceResult take(SequenceId id);
+  int running() const { return static_cast<int>(running_.size()); }
+  int waiting() const { return static_cast<int>(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  // Drops every waiting, running and untaken sequence, returning their KV blocks.
+  void abort_all();
+
   // Captures, during the next generate() calls, the row that produces token request.step of batch
-  // sequence request.sequence into `sink` (nullptr stops capturing).
+  // sequence request.sequence into `sink` (nullptr stops capturing). With the step API, a
+  // sequence's batch index is its place among those added since the engine was last idle.
   void set_trace(TraceRequest request, TraceSink* sink) {
     trace_request_ = request;
     trace_sink_ = sink;
   }
 
-  // Forgets every cached prefix block (between generate() calls): the next call runs cold.
+  // Forgets every cached prefix block (between generate() calls, or while idle()): the next call
+  // runs cold.
   void reset_prefix_cache() { blocks_.reset_prefix_cache(); }
 
   // One prefill of `tokens` (no cache reuse), returning the logits of every position: [T, V].
   std::vector<bf16> prefill_logits(const std::vector<int32_t>& tokens);
 
  private:
+  struct Seq {
+    SequenceId id = 0;
+    int index = 0;  // batch index (set_trace): order added since last idle
+    int max_tokens = 0;
+    std::vector<int32_t> tokens;  // prompt, then generated tokens
+    int prompt_len = 0;
+    int num_computed = 0;  // tokens whose KV is in the cache
+    std::vector<int32_t> table;
+    int registered = 0;
+    SequenceResult out;
+  };
+
   void pad_step(StepBatch& step) const;
+  void check_sequence(const char* who, const std::vector<int32_t>& prompt, int max_tokens) const;
 
   int vocab_size_ = 0;
   EngineOptions options_;
@@ -83,6 +132,11 @@ class Engine {
   BlockManager blocks_;
   TraceRequest trace_request_;
   TraceSink* trace_sink_ = nullptr;
+  SequenceId next_id_ = 0;
+  int next_index_ = 0;
+  std::deque<Seq> waiting_;
+  std::vector<Seq> running_;  // in admission order: the order the scheduler fills a step
+  std::unordered_map<SequenceId, SequenceResult> finished_;
 };
 
 // Pads a step of `rows` tokens to the next capture size (graphs on and rows <= the largest size).
