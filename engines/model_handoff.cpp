@@ -25,7 +25,7 @@ using nlohmann::json;
 namespace {
 
 // Bumped whenever an exporter's output changes for the same weights.
-constexpr int kExportVersion = 1;
+constexpr int kExportVersion = 2;  // 2: the byte tokens of the GGUF vocabulary typed NORMAL
 constexpr const char* kRecordSchema = "bih.model-cache-entry/1";
 constexpr const char* kCacheHint = "set BIH_CACHE_DIR to a writable folder whose path is UTF-8";
 

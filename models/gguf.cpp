@@ -342,7 +342,10 @@ VocabToken synthetic_vocab_token(int id) {
   if (id >= 3 && id < 3 + 256) {
     static const char* hex = "0123456789ABCDEF";
     const int b = id - 3;
-    return {std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">", 6};
+    // Typed NORMAL (1), not BYTE (6): a byte token detokenizes to its raw byte, and llama-server
+    // answers HTTP 500 for a completion whose text is not UTF-8 (docs/llama-server-notes.md).
+    // Prompts and results are token ids, so nothing reads these pieces as text.
+    return {std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">", 1};
   }
   return {"\xE2\x96\x81t" + std::to_string(id), 1};  // U+2581, SentencePiece's word marker
 }

@@ -108,6 +108,11 @@ TEST_F(GgufTest, MetadataHoldsWhatLlamaCppsQwen3LoaderReads) {
   EXPECT_EQ(tokens->texts[3 + 0x0A], "<0x0A>");  // llama.cpp looks up the newline's byte token
   EXPECT_EQ(tokens->texts[258], "<0xFF>");
   EXPECT_EQ(tokens->texts[259], "\xE2\x96\x81t259");
+  // No BYTE-typed token (6): one decodes to a raw byte, and llama-server fails a reply whose text
+  // is not UTF-8.
+  for (size_t i = 0; i < types->integers.size(); ++i) {
+    EXPECT_NE(types->integers[i], 6) << "token " << i;
+  }
   EXPECT_EQ(std::set<std::string>(tokens->texts.begin(), tokens->texts.end()).size(),
             tokens->texts.size())
       << "token texts must be unique";
