@@ -56,6 +56,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--require-all", run->require_all,
                 "A scenario that cannot run here (unsupported) fails the run (exit 1) instead of "
                 "being counted as not checked on this machine");
+  cmd->add_flag("--dry-run", run->dry_run,
+                "Print each scenario's id and what it would run (engine, command line, "
+                "environment); run nothing, write nothing");
   cmd->add_flag("--keep-work", run->keep_work,
                 "Keep the generation dumps under OUT/work/ (for bih diff)");
   cmd->add_option("--max-divergences", run->max_divergences,
