@@ -37,7 +37,7 @@ class LlamaCppDialect : public Dialect {
   std::vector<SequenceResult> parse_reply(const std::string& body, size_t prompts, int max_tokens,
                                           int vocab_size) const override {
     const ReplyReader r(name_, body);
-    const json& reply = r.json();
+    const json& reply = r.root();
     if (prompts == 1 && reply.is_object()) {
       return {parse_one(r, reply, "the reply", max_tokens, vocab_size)};
     }

@@ -48,7 +48,7 @@ class OpenAiDialect : public Dialect {
   std::vector<SequenceResult> parse_reply(const std::string& body, size_t prompts, int max_tokens,
                                           int vocab_size) const override {
     const ReplyReader r(name_, body);
-    const json& choices = r.array_member(r.json(), "choices", "the reply");
+    const json& choices = r.array_member(r.root(), "choices", "the reply");
     if (choices.size() != prompts) {
       r.fail(fmt::format("{} choices for {} prompts", choices.size(), prompts));
     }

@@ -15,7 +15,7 @@ class ReplyReader {
  public:
   // Parses `body`; a body that is not JSON fails here.
   ReplyReader(const std::string& dialect, const std::string& body);
-  const nlohmann::json& json() const { return json_; }
+  const nlohmann::json& root() const { return json_; }
   // InfraError: "<dialect> reply: <what>; the reply: <quoted body>".
   [[noreturn]] void fail(const std::string& what) const;
   // `object[key]`, failing when `object` is not an object or lacks it.

@@ -351,7 +351,7 @@ TEST_F(HttpEngine, EachMisbehaviourIsAnErrorQuotingTheReplyAndTheRunGoesOn) {
 
 TEST_F(HttpEngine, PrefixCachingEmptiesTheServersCacheBeforeEachColdGeneration) {
   json engine = url_engine(base_ + "/ok", "llama.cpp");
-  engine["reset_cache"] = "POST /ok/flush_cache";
+  engine["reset_cache"] = "POST /flush_cache";  // after the url, as the dialect's path
   write(dir_ / "s.json", {{"engine", engine},
                           {"prefix_caching", {{"enabled", true}}},
                           {"plan", {{"prompts", {{"count", 2}}}, {"max_tokens", 2}}},
