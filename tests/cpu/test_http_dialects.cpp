@@ -195,7 +195,7 @@ TEST(HttpDialects, EveryMalformedReplyIsAnErrorQuotingIt) {
       {"sglang", R"({"meta_info": {"output_token_logprobs": [[-1, -3, null]]}})", 1, 1,
        "is -3, not a token id"},
       {"sglang", R"({"meta_info": {"output_token_logprobs": [["-1", 3, null]]}})", 1, 1,
-       "is string \"-1\", not a number"},
+       "is string '\"-1\"', not a number"},
       {"sglang", R"({"meta_info": {"output_token_logprobs": [[-1, 3, null]]}})", 1, 2,
        "holds 1 tokens"},
       {"llama.cpp", R"({"content": "x"})", 1, 1, "has no \"completion_probabilities\""},

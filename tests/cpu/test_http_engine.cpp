@@ -275,9 +275,15 @@ TEST_F(HttpEngine, EachDialectAndBatchingRunsInvariantAgainstTheFixture) {
     EXPECT_EQ(report["engine"]["kind"], "http") << id;
     EXPECT_EQ(report["engine"]["version"], "fixture-1") << id;
     const bool concurrent = id.find("batching=concurrent") != std::string::npos;
+    // One request at a time, or up to the batch: this fixture answers at once, so a fast reply
+    // can come back before the last request leaves (the exact count is the next test's).
     for (const json& g : report["generations"]) {
-      const int expected = g["batch_size"] == 1 || !concurrent ? 1 : 4;
-      EXPECT_EQ(g["requests_in_flight"], expected) << id << " " << g.dump();
+      const int most = g["requests_in_flight"];
+      if (!concurrent || g["batch_size"] == 1) {
+        EXPECT_EQ(most, 1) << id << " " << g.dump();
+      } else {
+        EXPECT_TRUE(most >= 1 && most <= 4) << id << " " << g.dump();
+      }
     }
   }
   // Per scenario bs=1 (4 requests of 1), bs=4 and bs=4#2 (1 request of 4, or 4 of 1 each).
