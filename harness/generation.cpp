@@ -161,17 +161,17 @@ nlohmann::json to_json(const Generation& g) {
                          {"logprobs", std::move(decimals)}});
   }
   json out = {{"schema", kGenerationSchema},
-          {"label", g.label},
-          {"batch_size", g.batch_size},
-          {"repeat", g.repeat},
-          {"fresh_process", g.fresh_process},
-          {"scenario_id", g.scenario_id},
-          {"wall_s", g.wall_s},
-          {"steps", g.steps},
-          {"tokens_processed", g.tokens_processed},
-          {"sequences", std::move(sequences)}};
+              {"label", g.label},
+              {"batch_size", g.batch_size},
+              {"repeat", g.repeat},
+              {"fresh_process", g.fresh_process},
+              {"scenario_id", g.scenario_id},
+              {"wall_s", g.wall_s},
+              {"steps", g.steps},
+              {"tokens_processed", g.tokens_processed},
+              {"sequences", std::move(sequences)}};
   // Only an engine that sends requests has them.
-  if (g.requests_in_flight > 0) out["requests_in_flight"] = g.requests_in_flight;
+  if (g.max_in_flight > 0) out["requests_in_flight"] = g.max_in_flight;
   return out;
 }
 
@@ -195,7 +195,7 @@ Generation generation_from_json(const nlohmann::json& j, const std::string& file
   g.wall_s = r.get_number("wall_s", 0);
   g.steps = r.get_int("steps", 0, 0, kInt64Max);
   g.tokens_processed = r.get_int("tokens_processed", 0, 0, kInt64Max);
-  g.requests_in_flight = r.get_int("requests_in_flight", 0, 0, kInt64Max);
+  g.max_in_flight = r.get_int("requests_in_flight", 0, 0, kInt64Max);
   const json& sequences = required_array(r, "sequences");
   g.sequences.reserve(sequences.size());
   for (size_t i = 0; i < sequences.size(); ++i) {

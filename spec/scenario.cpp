@@ -55,17 +55,17 @@ const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",    "batc
 const std::vector<std::string> kPromptKeys{"count", "min_len", "max_len", "seed", "file"};
 const std::vector<std::string> kDebugKeys{"fault"};
 const std::vector<std::string> kEngineKeys{
-    "kind",    "name",     "command", "cwd",          "env",  "options",     "model_format",
-    "reply_timeout_s", "url", "profile", "dialect", "batching", "served_model", "args",
-    "reset_cache", "ready_timeout_s"};
+    "kind",         "name",    "command",      "cwd",
+    "env",          "options", "model_format", "reply_timeout_s",
+    "url",          "profile", "dialect",      "batching",
+    "served_model", "args",    "reset_cache",  "ready_timeout_s"};
 const std::vector<std::string> kEngineKinds{"bih", "command", "http"};
 // Which engine.kind each engine key belongs to ("kind" belongs to all).
-const std::vector<std::string> kCommandEngineKeys{"name",         "command",        "cwd", "env",
-                                                  "options",      "model_format",   "reply_timeout_s"};
-const std::vector<std::string> kHttpEngineKeys{"name",     "url",          "profile", "dialect",
-                                               "batching", "served_model", "args",    "env",
-                                               "options",  "reset_cache",  "reply_timeout_s",
-                                               "ready_timeout_s"};
+const std::vector<std::string> kCommandEngineKeys{
+    "name", "command", "cwd", "env", "options", "model_format", "reply_timeout_s"};
+const std::vector<std::string> kHttpEngineKeys{
+    "name", "url", "profile", "dialect",     "batching",        "served_model",
+    "args", "env", "options", "reset_cache", "reply_timeout_s", "ready_timeout_s"};
 // With a running server (url) bih launches nothing: these belong to a profile.
 const std::vector<std::string> kHttpProfileOnlyKeys{"args", "env", "options", "ready_timeout_s"};
 const std::vector<std::string> kHttpUrlOnlyKeys{"reset_cache"};
@@ -466,10 +466,10 @@ void check_url(const std::string& url, const Cursor& at) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-';
       }));
   if (!host_ok) at.fail("the url " + shown(json(url)) + " has no valid host", valid);
-  const bool port_ok = !port.empty() && port.size() <= 5 &&
-                       std::all_of(port.begin(), port.end(),
-                                   [](char c) { return c >= '0' && c <= '9'; }) &&
-                       std::stoi(port) >= 1 && std::stoi(port) <= 65535;
+  const bool port_ok =
+      !port.empty() && port.size() <= 5 &&
+      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      std::stoi(port) >= 1 && std::stoi(port) <= 65535;
   if (!port_ok) at.fail("the url " + shown(json(url)) + " has no port in 1..65535", valid);
   const bool path_ok = std::all_of(path.begin(), path.end(), [](char c) {
     return c > ' ' && c < 0x7f && c != '?' && c != '#' && c != '%';
@@ -543,8 +543,9 @@ void parse_http_engine(const json& j, const Cursor& at, Scenario& s) {
   read_engine_env(j, at, e);
   read_engine_options(j, at, e);
   std::string reset;
-  const std::string reset_valid = "\"POST /path\" (the server's endpoint that empties its prefix "
-                                  "cache), e.g. \"POST /flush_cache\"";
+  const std::string reset_valid =
+      "\"POST /path\" (the server's endpoint that empties its prefix "
+      "cache), e.g. \"POST /flush_cache\"";
   if (read_string(j, at, "reset_cache", reset, reset_valid)) {
     const bool ok = reset.rfind("POST /", 0) == 0 && reset.size() > 5 &&
                     std::all_of(reset.begin() + 5, reset.end(),
@@ -621,7 +622,6 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
   read_word(j, at, "model_format", e.model_format, kModelFormats, "model format");
   read_seconds(j, at, "reply_timeout_s", e.reply_timeout_s, "90% of timeout_s");
 }
-
 
 // The knob leaves the input sets, dotted ("parallel.tp", "nccl_env.NCCL_ALGO", "kernels").
 std::vector<std::string> knobs_set_in(const json& j) {

@@ -110,7 +110,7 @@ class HttpEngine : public TestedEngine {
       out = concurrent(prompts, max_tokens, most_in_flight);
     }
     if (stats != nullptr) {
-      stats->requests_in_flight = std::max<int64_t>(stats->requests_in_flight, most_in_flight);
+      stats->max_in_flight = std::max<int64_t>(stats->max_in_flight, most_in_flight);
     }
     return out;
   }

@@ -13,6 +13,7 @@
 #include "base/line_process.hpp"
 #include "engines/registry.hpp"
 #include "run_bih.hpp"
+#include "schema_check.hpp"
 #include "spec/scenario.hpp"
 #include "spec/server_profile.hpp"
 #include "test_util.hpp"
@@ -32,6 +33,7 @@ using testing::report_files;
 using testing::run_bih;
 
 const std::string kFixture = std::string(BIH_SOURCE_DIR) + "/tests/hostile/http_fixture.py";
+const std::string kReportSchema = std::string(BIH_SOURCE_DIR) + "/reports/report.schema.json";
 
 json url_engine(const std::string& url, const std::string& dialect = "openai") {
   return {{"kind", "http"}, {"url", url}, {"dialect", dialect}};
@@ -305,6 +307,7 @@ TEST_F(HttpEngine, ConcurrentBatchingReleasesEveryRequestTogether) {
   EXPECT_EQ(report["verdict"], "invariant") << report["reason"];
   ASSERT_EQ(report["generations"].size(), 2u);
   for (const json& g : report["generations"]) EXPECT_EQ(g["requests_in_flight"], 8) << g.dump();
+  EXPECT_EQ(testing::SchemaChecker(kReportSchema).errors(report), "");
   // The server saw them together too (it waits up to 2 s for stragglers).
   EXPECT_EQ(fixture_stats()["most_in_flight"], 8);
 }
@@ -346,6 +349,7 @@ TEST_F(HttpEngine, EachMisbehaviourIsAnErrorQuotingTheReplyAndTheRunGoesOn) {
     ASSERT_TRUE(reports.count(id)) << id << "\n" << r.output;
     const json& report = reports.at(id);
     EXPECT_EQ(report["verdict"], "error") << id;
+    EXPECT_EQ(testing::SchemaChecker(kReportSchema).errors(report), "") << id;
     const std::string reason = report["reason"];
     EXPECT_NE(reason.find(quote), std::string::npos) << mode << ": " << reason;
     EXPECT_NE(reason.find("engine fx-" + mode + " at " + base_ + "/" + mode), std::string::npos)
