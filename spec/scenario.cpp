@@ -522,8 +522,10 @@ void parse_http_engine(const json& j, const Cursor& at, Scenario& s) {
     if (!dialects.empty()) e.dialect = dialects.front();
   }
   read_word(j, at, "dialect", e.dialect, dialects);
-  if (e.dialect.empty()) {
-    at.at("dialect").fail("profile '" + e.profile + "' lists no dialect",
+  if (!contains(kDialects, e.dialect)) {
+    at.at("dialect").fail(e.dialect.empty() ? "profile '" + e.profile + "' lists no dialect"
+                                            : "profile '" + e.profile + "' names dialect '" +
+                                                  e.dialect + "', which bih does not speak",
                           "one of " + quoted_list(kDialects));
   }
   read_word(j, at, "batching", e.batching, kBatchings);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <filesystem>
 #include <latch>
+#include <system_error>
 #include <thread>
 
 #include "base/errors.hpp"
@@ -159,23 +160,35 @@ class HttpEngine : public TestedEngine {
     std::vector<SequenceResult> out(n);
     std::vector<std::string> bodies(n), errors(n);
     std::atomic<int> in_flight{0}, most{0};
+    std::vector<json> requests;
+    for (size_t i = 0; i < n; ++i) {
+      requests.push_back(dialect_->request_body({prompts[i]}, max_tokens, fields_));
+    }
     std::latch start(static_cast<std::ptrdiff_t>(n));
     std::vector<std::thread> threads;
     threads.reserve(n);
-    for (size_t i = 0; i < n; ++i) {
-      threads.emplace_back([&, i] {
-        const json request = dialect_->request_body({prompts[i]}, max_tokens, fields_);
-        start.arrive_and_wait();
-        const int now = ++in_flight;
-        for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
-        }
-        try {
-          bodies[i] = post_json(target_, dialect_->path(), request, reply_timeout_s_);
-        } catch (const std::exception& e) {
-          errors[i] = e.what();
-        }
-        --in_flight;
-      });
+    size_t started = 0;
+    try {
+      for (; started < n; ++started) {
+        threads.emplace_back([&, i = started] {
+          start.arrive_and_wait();
+          const int now = ++in_flight;
+          for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+          }
+          try {
+            bodies[i] = post_json(target_, dialect_->path(), requests[i], reply_timeout_s_);
+          } catch (const std::exception& e) {
+            errors[i] = e.what();
+          }
+          --in_flight;
+        });
+      }
+    } catch (const std::system_error& e) {
+      // Those started are waiting at the latch: release them, and wait for them.
+      start.count_down(static_cast<std::ptrdiff_t>(n - started));
+      for (std::thread& t : threads) t.join();
+      fail(fmt::format("cannot start a thread for each of {} requests (batching concurrent): {}", n,
+                       e.what()));
     }
     for (std::thread& t : threads) t.join();
     most_in_flight = most.load();
