@@ -77,13 +77,12 @@ std::string dry_run_text(const std::vector<Scenario>& scenarios) {
   std::string out;
   for (const Scenario& s : scenarios) {
     out += s.id() + "\n" + engine_lines(s);
-    std::string why;
     try {
-      why = EngineRegistry::instance().unsupported_reason(s);
+      const std::string why = EngineRegistry::instance().unsupported_reason(s);
+      if (!why.empty()) out += "  would be unsupported: " + why + "\n";
     } catch (const std::exception& e) {
-      why = e.what();
+      out += std::string("  cannot tell whether it can run here: ") + e.what() + "\n";
     }
-    if (!why.empty()) out += "  would be unsupported: " + why + "\n";
   }
   out += fmt::format("{} scenario{}; nothing was run (--dry-run)\n", scenarios.size(),
                      scenarios.size() == 1 ? "" : "s");
