@@ -16,8 +16,8 @@ The first path segment picks a behaviour, so that one fixture serves every scena
   status500   HTTP 500 with a message
   hang        answer nothing until the client gives up (at most 30 s)
   close       close the connection without answering
-  holdN       answer correctly, but only once N requests are in flight together (at most 2 s:
-              stragglers are waited for briefly)
+  holdN       answer correctly, but each request only once N are in flight together (at most
+              2 s: stragglers are waited for briefly; each batch is held anew)
 GET /MODE/version answers {"version": "fixture-1"}; GET /stats the most requests it had in
 flight together and how many it answered; POST /MODE/flush_cache counts cache resets.
 
@@ -31,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Condition()
-STATE = {"in_flight": 0, "most_in_flight": 0, "answered": 0, "resets": 0}
+STATE = {"in_flight": 0, "most_in_flight": 0, "answered": 0, "resets": 0, "releases": 0}
 
 
 def fake(prompt, max_tokens):
@@ -130,8 +130,13 @@ class Handler(BaseHTTPRequestHandler):
             STATE["most_in_flight"] = max(STATE["most_in_flight"], STATE["in_flight"])
             LOCK.notify_all()
             if mode.startswith("hold"):
+                # Held until N are in flight together (each batch anew), or 2 s have passed.
                 want, deadline = int(mode[4:]), time.monotonic() + 2
-                while STATE["most_in_flight"] < want and time.monotonic() < deadline:
+                epoch = STATE["releases"]
+                if STATE["in_flight"] >= want:
+                    STATE["releases"] += 1
+                    LOCK.notify_all()
+                while STATE["releases"] == epoch and time.monotonic() < deadline:
                     LOCK.wait(deadline - time.monotonic())
         try:
             if mode == "hang":
@@ -156,6 +161,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    # socketserver's listen backlog is 5: a batch of concurrent connections beyond it would wait
+    # a SYN retry (1 s) each.
+    ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
