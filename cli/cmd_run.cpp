@@ -13,6 +13,7 @@ const char* kRunFooter = R"(Examples:
   bih run scenarios/issue-56370.json                          every scenario of a matrix file
   bih run scenarios/issue-56370.json --only 'tp=4,sp=on*' --set plan.prompts.count=8 --out out/quick
   bih run FILE --out out/mine --keep-work                     keep the dumps for bih diff
+  bih run FILE --dry-run                                      each scenario's id and what it would run
 
 --set KEY=VALUE edits every scenario as if the file said so: a relative path in VALUE (e.g.
 --set plan.prompts.file=prompts.json or --set model.path=ckpt) is resolved against the scenario
@@ -56,6 +57,9 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--require-all", run->require_all,
                 "A scenario that cannot run here (unsupported) fails the run (exit 1) instead of "
                 "being counted as not checked on this machine");
+  cmd->add_flag("--dry-run", run->dry_run,
+                "Print each scenario's id and what it would run (engine, command line, "
+                "environment); run nothing, write nothing");
   cmd->add_flag("--keep-work", run->keep_work,
                 "Keep the generation dumps under OUT/work/ (for bih diff)");
   cmd->add_option("--max-divergences", run->max_divergences,

@@ -3,12 +3,27 @@
 
 #include "base/errors.hpp"
 #include "engines/command_engine.hpp"
+#if BIH_HAVE_HTTP
+#include "engines/http/http_engine.hpp"
+#endif
 
 namespace bih {
 
 EngineRegistry::EngineRegistry() {
   add_kind(bih_engine_kind());
   add_kind(command_engine_kind());
+#if BIH_HAVE_HTTP
+  add_kind(http_engine_kind());
+#else
+  // Known, so a scenario gets the reason rather than "not available".
+  add_kind({"http",
+            [](const Scenario&) {
+              return std::string(
+                  "engine.kind 'http': this bih was built without HTTP support (cpp-httplib); "
+                  "install Debian's libcpp-httplib-dev and pkg-config, and build again");
+            },
+            nullptr});
+#endif
 }
 
 EngineRegistry& EngineRegistry::instance() {

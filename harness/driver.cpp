@@ -18,6 +18,7 @@
 #include "base/utf8.hpp"
 #include "engines/bih_engine.hpp"
 #include "engines/registry.hpp"
+#include "harness/dry_run.hpp"
 #include "harness/environment.hpp"
 #include "harness/generation.hpp"
 #include "harness/health.hpp"
@@ -398,6 +399,10 @@ int run_command(const RunOptions& options) {
     scenarios = std::move(mine);
   }
   for (const Scenario& s : scenarios) manifest.shard_ids.push_back(s.id());
+  if (options.dry_run) {
+    std::fputs(dry_run_text(scenarios).c_str(), stdout);
+    return 0;
+  }
   // Held until the run returns: a second run into this --out is refused, naming our pid.
   const FolderLock out_lock(options.out_dir);
   write_manifest(options.out_dir, manifest);

@@ -26,6 +26,7 @@ struct RunOptions {
   int shard_count = 1;
   bool resume = false;       // skip scenarios whose report matches scenario + environment
   bool require_all = false;  // --require-all: an unsupported scenario fails the run
+  bool dry_run = false;      // --dry-run: print what each scenario would run; run nothing
 };
 
 // Parses "I/N" (1 <= I <= N); throws InputError naming --shard otherwise.

@@ -160,22 +160,25 @@ nlohmann::json to_json(const Generation& g) {
                          {"logprob_bits", std::move(bits)},
                          {"logprobs", std::move(decimals)}});
   }
-  return {{"schema", kGenerationSchema},
-          {"label", g.label},
-          {"batch_size", g.batch_size},
-          {"repeat", g.repeat},
-          {"fresh_process", g.fresh_process},
-          {"scenario_id", g.scenario_id},
-          {"wall_s", g.wall_s},
-          {"steps", g.steps},
-          {"tokens_processed", g.tokens_processed},
-          {"sequences", std::move(sequences)}};
+  json out = {{"schema", kGenerationSchema},
+              {"label", g.label},
+              {"batch_size", g.batch_size},
+              {"repeat", g.repeat},
+              {"fresh_process", g.fresh_process},
+              {"scenario_id", g.scenario_id},
+              {"wall_s", g.wall_s},
+              {"steps", g.steps},
+              {"tokens_processed", g.tokens_processed},
+              {"sequences", std::move(sequences)}};
+  // Only an engine that sends requests has them.
+  if (g.max_in_flight > 0) out["requests_in_flight"] = g.max_in_flight;
+  return out;
 }
 
 Generation generation_from_json(const nlohmann::json& j, const std::string& file) {
   ObjectReader r(j, file, "",
                  {"schema", "label", "batch_size", "repeat", "fresh_process", "scenario_id",
-                  "wall_s", "steps", "tokens_processed", "sequences"});
+                  "wall_s", "steps", "tokens_processed", "requests_in_flight", "sequences"});
   if (r.has("schema") && r.get_string("schema", "") != kGenerationSchema) {
     r.fail(r.at("schema"),
            std::string("expected \"") + kGenerationSchema + "\", found " + j.at("schema").dump());
@@ -192,6 +195,7 @@ Generation generation_from_json(const nlohmann::json& j, const std::string& file
   g.wall_s = r.get_number("wall_s", 0);
   g.steps = r.get_int("steps", 0, 0, kInt64Max);
   g.tokens_processed = r.get_int("tokens_processed", 0, 0, kInt64Max);
+  g.max_in_flight = r.get_int("requests_in_flight", 0, 0, kInt64Max);
   const json& sequences = required_array(r, "sequences");
   g.sequences.reserve(sequences.size());
   for (size_t i = 0; i < sequences.size(); ++i) {

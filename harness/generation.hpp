@@ -26,6 +26,7 @@ struct Generation {
   double wall_s = 0;                      // generation wall time
   int64_t steps = 0;                      // engine steps (forward passes)
   int64_t tokens_processed = 0;           // rows through the model, padding included
+  int64_t max_in_flight = 0;              // HTTP engine: most requests at once; 0: none
   std::vector<SequenceOutput> sequences;  // indexed by prompt
 };
 

@@ -41,17 +41,20 @@ json to_json(const Divergence& d) {
 }
 
 json to_json(const GenerationTiming& g) {
-  return {{"label", g.label},
-          {"batch_size", g.batch_size},
-          {"repeat", g.repeat},
-          {"fresh_process", g.fresh_process},
-          {"wall_s", g.wall_s},
-          {"steps", g.steps},
-          {"tokens_processed", g.tokens_processed},
-          {"cache", g.cache.empty() ? json() : json(g.cache)},
-          // Rows through the model per second; null for an unmeasured (zero) wall time.
-          {"tokens_per_s",
-           g.wall_s > 0 ? json(static_cast<double>(g.tokens_processed) / g.wall_s) : json()}};
+  json out = {{"label", g.label},
+              {"batch_size", g.batch_size},
+              {"repeat", g.repeat},
+              {"fresh_process", g.fresh_process},
+              {"wall_s", g.wall_s},
+              {"steps", g.steps},
+              {"tokens_processed", g.tokens_processed},
+              {"cache", g.cache.empty() ? json() : json(g.cache)},
+              // Rows through the model per second; null for an unmeasured (zero) wall time.
+              {"tokens_per_s",
+               g.wall_s > 0 ? json(static_cast<double>(g.tokens_processed) / g.wall_s) : json()}};
+  // Only an engine that sends requests has them: other reports stay as they were.
+  if (g.max_in_flight > 0) out["requests_in_flight"] = g.max_in_flight;
+  return out;
 }
 
 uint64_t fnv1a64(const std::string& s) {
@@ -66,8 +69,8 @@ uint64_t fnv1a64(const std::string& s) {
 }  // namespace
 
 GenerationTiming timing_of(const Generation& g) {
-  return {g.label,  g.batch_size, g.repeat,           g.fresh_process,
-          g.wall_s, g.steps,      g.tokens_processed, ""};
+  return {g.label, g.batch_size,       g.repeat, g.fresh_process, g.wall_s,
+          g.steps, g.tokens_processed, "",       g.max_in_flight};
 }
 
 nlohmann::json to_json(const Comparison& c) {

@@ -29,6 +29,7 @@ struct GenerationTiming {
   int64_t steps = 0;
   int64_t tokens_processed = 0;  // rows through the model, padding included
   std::string cache;             // the plan's cache state: "" (no prefix caching), cold, warm
+  int64_t max_in_flight = 0;     // HTTP engine: most requests at once; 0: none
 };
 GenerationTiming timing_of(const Generation& g);
 

@@ -170,6 +170,7 @@ int run_worker(const WorkerArgs& args) {
     g.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     g.steps = stats.steps;
     g.tokens_processed = stats.rows;
+    g.max_in_flight = stats.max_in_flight;
     if (writer) {
       write_file_atomically(
           (std::filesystem::path(args.work_dir) / generation_file_name(g.label)).string(),
@@ -181,6 +182,7 @@ int run_worker(const WorkerArgs& args) {
                                    {"rows", stats.rows},
                                    {"real_rows", stats.real_rows},
                                    {"sp_steps", stats.sp_steps},
+                                   {"requests_in_flight", stats.max_in_flight},
                                    {"prefix_hit_tokens", stats.prefix_hit_tokens},
                                    {"cache", spec.cache}});
   }

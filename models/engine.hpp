@@ -41,6 +41,7 @@ struct GenerateStats {
   int64_t real_rows = 0;          // rows of real tokens
   int64_t prefix_hit_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   int64_t sp_steps = 0;           // steps that ran with sequence parallelism
+  int64_t max_in_flight = 0;      // HTTP engine: most requests at once; 0: none
 };
 
 // Called between steps: (steps done, sequences finished, sequences total).

@@ -15,6 +15,7 @@
 #include "models/config.hpp"
 #include "models/weights.hpp"
 #include "spec/scenario_file.hpp"
+#include "spec/server_profile.hpp"
 #include "spec/size_bounds.hpp"
 
 namespace bih {
@@ -53,9 +54,23 @@ const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",    "batc
                                          "fresh_process", "max_model_len", "max_num_seqs"};
 const std::vector<std::string> kPromptKeys{"count", "min_len", "max_len", "seed", "file"};
 const std::vector<std::string> kDebugKeys{"fault"};
-const std::vector<std::string> kEngineKeys{"kind", "name",    "command",      "cwd",
-                                           "env",  "options", "model_format", "reply_timeout_s"};
-const std::vector<std::string> kEngineKinds{"bih", "command"};
+const std::vector<std::string> kEngineKeys{
+    "kind",         "name",    "command",      "cwd",
+    "env",          "options", "model_format", "reply_timeout_s",
+    "url",          "profile", "dialect",      "batching",
+    "served_model", "args",    "reset_cache",  "ready_timeout_s"};
+const std::vector<std::string> kEngineKinds{"bih", "command", "http"};
+// Which engine.kind each engine key belongs to ("kind" belongs to all).
+const std::vector<std::string> kCommandEngineKeys{
+    "name", "command", "cwd", "env", "options", "model_format", "reply_timeout_s"};
+const std::vector<std::string> kHttpEngineKeys{
+    "name", "url", "profile", "dialect",     "batching",        "served_model",
+    "args", "env", "options", "reset_cache", "reply_timeout_s", "ready_timeout_s"};
+// With a running server (url) bih launches nothing: these belong to a profile.
+const std::vector<std::string> kHttpProfileOnlyKeys{"args", "env", "options", "ready_timeout_s"};
+const std::vector<std::string> kHttpUrlOnlyKeys{"reset_cache"};
+const std::vector<std::string> kDialects{"openai", "sglang", "llama.cpp"};
+const std::vector<std::string> kBatchings{"request", "concurrent"};
 const std::vector<std::string> kModelFormats{"hf", "gguf"};
 // The knob sections: what an external engine is handed when the input sets them.
 const std::vector<std::string> kKnobSections{"backend",     "parallel",       "sequence_parallel",
@@ -335,38 +350,242 @@ int json_depth(const json& v) {
   return deepest + 1;
 }
 
-void parse_engine(const json& j, const Cursor& at, Scenario& s) {
-  check_object(j, at, kEngineKeys);
-  EngineSpec& e = s.engine;
-  std::string kind;
-  if (read_string(j, at, "kind", kind, "one of " + quoted_list(kEngineKinds))) {
-    if (std::find(kEngineKinds.begin(), kEngineKinds.end(), kind) == kEngineKinds.end()) {
-      std::string what = "unknown engine kind '" + kind + "'";
-      if (kind == "http") what += " (servers are planned, not built yet: wrap one in an adapter)";
-      if (auto near = nearest_key(kind, kEngineKinds)) what += " (did you mean '" + *near + "'?)";
-      at.at("kind").fail(what, "one of " + quoted_list(kEngineKinds));
-    }
-    e.kind = kind;
-  }
-  const std::vector<std::string> command_only{
-      "name", "command", "cwd", "env", "options", "model_format", "reply_timeout_s"};
-  if (e.is_bih()) {
-    for (const std::string& key : command_only) {
-      if (find(j, key)) {
-        at.at(key).fail("'" + key + "' is for an adapter, but engine.kind is 'bih'",
-                        "engine.kind 'command' with it, or no '" + key + "'");
-      }
-    }
-    return;
-  }
+bool contains(const std::vector<std::string>& items, const std::string& item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+// A name for the id's engine=<name>: letters, digits, . _ -.
+void read_engine_name(const json& j, const Cursor& at, EngineSpec& e, bool required) {
   const std::string name_valid = "a short name such as \"llama.cpp\" (letters, digits, . _ -)";
-  if (!read_string(j, at, "name", e.name, name_valid)) {
-    at.at("name").fail("engine.kind 'command' needs a name (it ends the scenario id)", name_valid);
+  if (!read_string(j, at, "name", e.name, name_valid) && required) {
+    at.at("name").fail("engine.kind '" + e.kind + "' needs a name (it ends the scenario id)",
+                       name_valid);
   }
   const bool name_ok = !e.name.empty() && std::all_of(e.name.begin(), e.name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
   });
   if (!name_ok) at.at("name").fail("bad engine name " + shown(json(e.name)), name_valid);
+}
+
+void read_engine_env(const json& j, const Cursor& at, EngineSpec& e) {
+  const json* env = find(j, "env");
+  if (env == nullptr) return;
+  const Cursor env_at = at.at("env");
+  if (!env->is_object()) {
+    env_at.fail("expected an object, got " + shown(*env), "an object of names to strings");
+  }
+  const std::string name_valid =
+      "a variable name: not empty, without '=' or NUL, e.g. \"OMP_NUM_THREADS\"";
+  for (const auto& [key, value] : env->items()) {
+    // setenv refuses a name with '=' (or takes it as name=value) and C strings end at a NUL:
+    // the engine would get another variable than the file names.
+    if (key.empty() || key.find('=') != std::string::npos || key.find('\0') != std::string::npos) {
+      // A NUL would cut the message short where it is printed: point at the object then.
+      (key.find('\0') == std::string::npos ? env_at.at(key) : env_at)
+          .fail("bad variable name " + shown(json(key)), name_valid);
+    }
+    std::string text;
+    read_string(*env, env_at, key, text, "a string, e.g. \"1\"");
+    if (text.find('\0') != std::string::npos) {
+      env_at.at(key).fail("the value " + shown(json(text)) + " holds a NUL character",
+                          "a string without NUL (\\u0000), e.g. \"1\"");
+    }
+    e.env[key] = text;
+  }
+}
+
+void read_engine_options(const json& j, const Cursor& at, EngineSpec& e) {
+  const json* options = find(j, "options");
+  if (options == nullptr) return;
+  if (!options->is_object()) {
+    at.at("options").fail("expected an object, got " + shown(*options),
+                          "an object handed to the engine (init.options, or the server profile's "
+                          "option mappings), recorded");
+  }
+  // A report carries the options kOptionsDepthInReport levels below its top, and every reader
+  // (gate, matrix, explain) refuses a file deeper than kMaxJsonDepth: options nested deeper than
+  // this bound would make a report that bih itself cannot read back.
+  if (const int depth = json_depth(*options); depth > kMaxOptionsDepth) {
+    at.at("options").fail(
+        fmt::format("the options nest {} levels deep (the report carries them {} levels "
+                    "further down, and bih reads no JSON deeper than {})",
+                    depth, kOptionsDepthInReport, kMaxJsonDepth),
+        fmt::format("options nested at most {} levels (the options object itself is one)",
+                    kMaxOptionsDepth));
+  }
+  e.options = *options;
+}
+
+// Reads a number of seconds; 0 keeps its meaning (a default) when zero_ok.
+void read_seconds(const json& j, const Cursor& at, const std::string& key, double& out,
+                  const std::string& zero_means) {
+  const json* v = find(j, key);
+  if (v == nullptr) return;
+  // Below a millisecond a wait rounds to no wait at all: every answer would time out.
+  const bool in_range = v->is_number() && v->get<double>() >= 0 &&
+                        v->get<double>() <= kMaxTimeoutS &&
+                        (v->get<double>() == 0 || v->get<double>() >= kMinReplyTimeoutS);
+  if (!in_range) {
+    at.at(key).fail("expected 0 or a number of seconds from 0.001 up to a week, got " + shown(*v),
+                    "0 (" + zero_means + "), or from " + shown(json(kMinReplyTimeoutS)) + " to " +
+                        shown(json(kMaxTimeoutS)) + " seconds");
+  }
+  out = v->get<double>();
+}
+
+// One of a fixed set of words.
+void read_word(const json& j, const Cursor& at, const std::string& key, std::string& out,
+               const std::vector<std::string>& words, const std::string& label = "") {
+  std::string text;
+  if (!read_string(j, at, key, text, "one of " + quoted_list(words))) return;
+  if (!contains(words, text)) {
+    std::string what = "unknown " + (label.empty() ? key : label) + " '" + text + "'";
+    if (auto near = nearest_key(text, words)) what += " (did you mean '" + *near + "'?)";
+    at.at(key).fail(what, "one of " + quoted_list(words));
+  }
+  out = text;
+}
+
+// "http://HOST:PORT" with an optional path prefix ("/v2"); no query, fragment or user.
+void check_url(const std::string& url, const Cursor& at) {
+  const std::string valid =
+      "\"http://HOST:PORT\" with an optional path prefix, e.g. \"http://127.0.0.1:8000\" (a "
+      "running server; https is not supported)";
+  const std::string scheme = "http://";
+  if (url.rfind(scheme, 0) != 0) at.fail("the url " + shown(json(url)) + " is not http://", valid);
+  const std::string rest = url.substr(scheme.size());
+  const size_t slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  const std::string path = slash == std::string::npos ? "" : rest.substr(slash);
+  size_t colon = authority.rfind(':');
+  std::string host = colon == std::string::npos ? authority : authority.substr(0, colon);
+  const std::string port = colon == std::string::npos ? "" : authority.substr(colon + 1);
+  const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  const bool host_ok =
+      bracketed || (!host.empty() && std::all_of(host.begin(), host.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-';
+      }));
+  if (!host_ok) at.fail("the url " + shown(json(url)) + " has no valid host", valid);
+  const bool port_ok =
+      !port.empty() && port.size() <= 5 &&
+      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      std::stoi(port) >= 1 && std::stoi(port) <= 65535;
+  if (!port_ok) at.fail("the url " + shown(json(url)) + " has no port in 1..65535", valid);
+  const bool path_ok = std::all_of(path.begin(), path.end(), [](char c) {
+    return c > ' ' && c < 0x7f && c != '?' && c != '#' && c != '%';
+  });
+  if (!path_ok) {
+    at.fail("the url " + shown(json(url)) + " holds a query, fragment, escape or space", valid);
+  }
+}
+
+void parse_http_engine(const json& j, const Cursor& at, Scenario& s) {
+  EngineSpec& e = s.engine;
+  const bool has_url = read_string(j, at, "url", e.url, "\"http://HOST:PORT\"");
+  const bool has_profile =
+      read_string(j, at, "profile", e.profile, "a shipped profile's name or a profile file");
+  const std::string which =
+      "exactly one of 'url' (a running server) and 'profile' (a server bih launches)";
+  if (has_url == has_profile) {
+    at.fail(has_url ? "both 'url' and 'profile' are given" : "neither 'url' nor 'profile' is given",
+            which);
+  }
+  for (const std::string& key : has_url ? kHttpProfileOnlyKeys : kHttpUrlOnlyKeys) {
+    if (find(j, key)) {
+      at.at(key).fail("'" + key + "' is for " +
+                          (has_url ? "a server bih launches (engine.profile)"
+                                   : "a running server (engine.url)") +
+                          ", but engine." + (has_url ? "url" : "profile") + " is given",
+                      "no '" + key + "' here");
+    }
+  }
+  std::vector<std::string> dialects = kDialects;
+  if (has_url) {
+    check_url(e.url, at.at("url"));
+    while (e.url.size() > 1 && e.url.back() == '/') e.url.pop_back();
+    if (!find(j, "dialect")) {
+      at.at("dialect").fail("engine.url needs the dialect the server speaks",
+                            "one of " + quoted_list(kDialects));
+    }
+    e.name = "http";
+  } else {
+    if (e.profile.empty()) at.at("profile").fail("the profile is empty", shown(json(which)));
+    // A bad profile is the user's to fix before anything runs.
+    const ServerProfile profile = load_server_profile(e.profile, at.file);
+    // A file is kept absolute, so the resolved scenario names the same one wherever it is read.
+    if (!contains(shipped_profile_names(), e.profile) && !profile.file.empty()) {
+      e.profile = profile.file;
+    }
+    e.name = profile.name;
+    e.model_format = profile.model_format;
+    dialects = profile.dialects;
+    if (!dialects.empty()) e.dialect = dialects.front();
+  }
+  read_word(j, at, "dialect", e.dialect, dialects);
+  if (!contains(kDialects, e.dialect)) {
+    at.at("dialect").fail(e.dialect.empty() ? "profile '" + e.profile + "' lists no dialect"
+                                            : "profile '" + e.profile + "' names dialect '" +
+                                                  e.dialect + "', which bih does not speak",
+                          "one of " + quoted_list(kDialects));
+  }
+  read_word(j, at, "batching", e.batching, kBatchings);
+  if (find(j, "name")) read_engine_name(j, at, e, false);
+  read_string(j, at, "served_model", e.served_model, "the request's \"model\" field, a string");
+  if (const json* args = find(j, "args")) {
+    const std::string valid = "an array of strings (server arguments after the profile's own)";
+    if (!args->is_array()) at.at("args").fail("expected an array, got " + shown(*args), valid);
+    for (size_t i = 0; i < args->size(); ++i) {
+      const json& a = (*args)[i];
+      if (!a.is_string() || a.get<std::string>().find('\0') != std::string::npos) {
+        at.at("args").at(i).fail("expected a string without NUL, got " + shown(a), valid);
+      }
+      e.args.push_back(a.get<std::string>());
+    }
+  }
+  read_engine_env(j, at, e);
+  read_engine_options(j, at, e);
+  std::string reset;
+  const std::string reset_valid =
+      "\"POST /path\" (the server's endpoint that empties its prefix "
+      "cache), e.g. \"POST /flush_cache\"";
+  if (read_string(j, at, "reset_cache", reset, reset_valid)) {
+    const bool ok = reset.rfind("POST /", 0) == 0 && reset.size() > 5 &&
+                    std::all_of(reset.begin() + 5, reset.end(),
+                                [](char c) { return c > ' ' && c < 0x7f && c != '#'; });
+    if (!ok) at.at("reset_cache").fail("bad endpoint " + shown(json(reset)), reset_valid);
+    e.reset_cache = reset;
+  }
+  read_seconds(j, at, "reply_timeout_s", e.reply_timeout_s, "90% of timeout_s");
+  read_seconds(j, at, "ready_timeout_s", e.ready_timeout_s, "the profile's");
+}
+
+void parse_engine(const json& j, const Cursor& at, Scenario& s) {
+  check_object(j, at, kEngineKeys);
+  EngineSpec& e = s.engine;
+  read_word(j, at, "kind", e.kind, kEngineKinds, "engine kind");
+  const std::vector<std::string>& allowed =
+      e.is_bih() ? std::vector<std::string>{}
+                 : (e.is_http() ? kHttpEngineKeys : kCommandEngineKeys);
+  for (const auto& [key, value] : j.items()) {
+    if (key == "kind" || contains(allowed, key)) continue;
+    const bool for_command = contains(kCommandEngineKeys, key);
+    const bool for_http = contains(kHttpEngineKeys, key);
+    const std::string whose = for_command && for_http ? "an adapter or a server"
+                              : for_command           ? "an adapter"
+                                                      : "a server";
+    const std::string kinds = for_command && for_http ? "'command' or 'http'"
+                              : for_command           ? "'command'"
+                                                      : "'http'";
+    at.at(key).fail("'" + key + "' is for " + whose + " (engine.kind " + kinds +
+                        "), but engine.kind is '" + e.kind + "'",
+                    "engine.kind " + kinds + " with it, or no '" + key + "'");
+  }
+  if (e.is_bih()) return;
+  if (e.is_http()) {
+    parse_http_engine(j, at, s);
+    return;
+  }
+  read_engine_name(j, at, e, true);
   const std::string command_valid = "a non-empty array of strings: [program, args...]";
   const json* command = find(j, "command");
   if (command == nullptr) {
@@ -400,71 +619,10 @@ void parse_engine(const json& j, const Cursor& at, Scenario& s) {
     check_path_text(e.cwd, at.at("cwd"),
                     "a scenario file in a folder (the adapter's default working directory)");
   }
-  if (const json* env = find(j, "env")) {
-    const Cursor env_at = at.at("env");
-    if (!env->is_object()) {
-      env_at.fail("expected an object, got " + shown(*env), "an object of names to strings");
-    }
-    const std::string name_valid =
-        "a variable name: not empty, without '=' or NUL, e.g. \"OMP_NUM_THREADS\"";
-    for (const auto& [key, value] : env->items()) {
-      // setenv refuses a name with '=' (or takes it as name=value) and C strings end at a NUL:
-      // the adapter would get another variable than the file names.
-      if (key.empty() || key.find('=') != std::string::npos ||
-          key.find('\0') != std::string::npos) {
-        // A NUL would cut the message short where it is printed: point at the object then.
-        (key.find('\0') == std::string::npos ? env_at.at(key) : env_at)
-            .fail("bad variable name " + shown(json(key)), name_valid);
-      }
-      std::string text;
-      read_string(*env, env_at, key, text, "a string, e.g. \"1\"");
-      if (text.find('\0') != std::string::npos) {
-        env_at.at(key).fail("the value " + shown(json(text)) + " holds a NUL character",
-                            "a string without NUL (\\u0000), e.g. \"1\"");
-      }
-      e.env[key] = text;
-    }
-  }
-  if (const json* options = find(j, "options")) {
-    if (!options->is_object()) {
-      at.at("options").fail("expected an object, got " + shown(*options),
-                            "an object handed to the adapter as init.options");
-    }
-    // A report carries the options kOptionsDepthInReport levels below its top, and every
-    // reader (gate, matrix, explain) refuses a file deeper than kMaxJsonDepth: options nested
-    // deeper than this bound would make a report that bih itself cannot read back.
-    if (const int depth = json_depth(*options); depth > kMaxOptionsDepth) {
-      at.at("options").fail(
-          fmt::format("the options nest {} levels deep (the report carries them {} levels "
-                      "further down, and bih reads no JSON deeper than {})",
-                      depth, kOptionsDepthInReport, kMaxJsonDepth),
-          fmt::format("options nested at most {} levels (the options object itself is one)",
-                      kMaxOptionsDepth));
-    }
-    e.options = *options;
-  }
-  std::string format;
-  if (read_string(j, at, "model_format", format, "one of " + quoted_list(kModelFormats))) {
-    if (std::find(kModelFormats.begin(), kModelFormats.end(), format) == kModelFormats.end()) {
-      at.at("model_format")
-          .fail("unknown model format '" + format + "'", "one of " + quoted_list(kModelFormats));
-    }
-    e.model_format = format;
-  }
-  if (const json* v = find(j, "reply_timeout_s")) {
-    // Below a millisecond the wait for a line rounds to no wait at all: every answer would time
-    // out. 0 keeps its meaning (90% of timeout_s).
-    const bool in_range = v->is_number() && v->get<double>() >= 0 &&
-                          v->get<double>() <= kMaxTimeoutS &&
-                          (v->get<double>() == 0 || v->get<double>() >= kMinReplyTimeoutS);
-    if (!in_range) {
-      at.at("reply_timeout_s")
-          .fail("expected 0 or a number of seconds from 0.001 up to a week, got " + shown(*v),
-                "0 (90% of timeout_s), or from " + shown(json(kMinReplyTimeoutS)) + " to " +
-                    shown(json(kMaxTimeoutS)) + " seconds");
-    }
-    e.reply_timeout_s = v->get<double>();
-  }
+  read_engine_env(j, at, e);
+  read_engine_options(j, at, e);
+  read_word(j, at, "model_format", e.model_format, kModelFormats, "model format");
+  read_seconds(j, at, "reply_timeout_s", e.reply_timeout_s, "90% of timeout_s");
 }
 
 // The knob leaves the input sets, dotted ("parallel.tp", "nccl_env.NCCL_ALGO", "kernels").
@@ -900,6 +1058,11 @@ static std::string external_engine_id(const Scenario& s, const std::string& mode
   std::string engine_part = "engine=" + s.engine.name;
   if (!s.engine.options.empty()) engine_part += id_options(s.engine.options);
   parts.push_back(engine_part);
+  // A server's answers can depend on how they were asked for: the dialect and the batching.
+  if (s.engine.is_http()) {
+    parts.push_back("dialect=" + s.engine.dialect);
+    parts.push_back("batching=" + s.engine.batching);
+  }
   if (!s.fault.empty()) parts.push_back("fault=" + s.fault);
   return join(parts, ",");
 }
@@ -964,7 +1127,23 @@ json Scenario::to_json() const {
                   {"seed", plan.prompts.seed}};
   if (!plan.prompts.file.empty()) prompts["file"] = plan.prompts.file;
   json engine_json = {{"kind", engine.kind}};
-  if (!engine.is_bih()) {
+  if (engine.is_http()) {
+    engine_json["name"] = engine.name;
+    engine_json[engine.url.empty() ? "profile" : "url"] =
+        engine.url.empty() ? engine.profile : engine.url;
+    engine_json["dialect"] = engine.dialect;
+    engine_json["batching"] = engine.batching;
+    if (!engine.served_model.empty()) engine_json["served_model"] = engine.served_model;
+    if (engine.url.empty()) {
+      engine_json["args"] = engine.args;
+      engine_json["env"] = engine.env;
+      engine_json["options"] = engine.options;
+      engine_json["ready_timeout_s"] = engine.ready_timeout_s;
+    } else if (!engine.reset_cache.empty()) {
+      engine_json["reset_cache"] = engine.reset_cache;
+    }
+    engine_json["reply_timeout_s"] = engine.reply_timeout_s;
+  } else if (!engine.is_bih()) {
     engine_json["name"] = engine.name;
     engine_json["command"] = engine.command;
     engine_json["cwd"] = engine.cwd;

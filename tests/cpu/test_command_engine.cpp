@@ -215,7 +215,7 @@ TEST(CommandEngineScenario, BadEngineSectionsAreUsageErrors) {
       {{{"kind", "command"}, {"name", "x"}, {"command", {"x"}}, {"model_format", "onnx"}},
        "unknown model format 'onnx'"},
       {{{"kind", "bih"}, {"command", {"x"}}}, "'command' is for an adapter"},
-      {{{"kind", "http"}}, "planned"}};
+      {{{"kind", "http"}}, "neither 'url' nor 'profile' is given"}};
   for (const auto& [engine, message] : cases) {
     write(dir / "s.json", {{"engine", engine}});
     const auto r = run_bih({"list", (dir / "s.json").string()});
