@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Builds the CPU suite with AddressSanitizer and UBSan (BIH_SANITIZE=ON, at -O1 to keep CI short) into
-# ${BIH_ASAN_BUILD_DIR:-build-asan} and runs it (ctest -L cpu). The bih binary the tests run, and
-# the `bih worker` children it spawns, are instrumented too; they inherit the options below. A
+# Builds the CPU suite with AddressSanitizer and UBSan (BIH_SANITIZE=ON, at -O1 to keep CI short)
+# into ${BIH_ASAN_BUILD_DIR:-build-asan} and runs it (ctest -L cpu). The bih binary the tests run,
+# and the `bih worker` children it spawns, are instrumented too; they inherit the options below. A
 # finding aborts the process that made it, so the test that ran it fails.
+# The build is clang's with the fuzzers' coverage instrumentation too (BIH_FUZZ=ON), so that
+# ci/fuzz.sh runs its targets from this build instead of compiling every library a third time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BIH_ASAN_BUILD_DIR:-build-asan}
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIH_CUDA=OFF -DBIH_BUILD_BENCH=OFF \
-  -DBIH_SANITIZE=ON -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" >/dev/null
+cxx=${BIH_ASAN_CXX:-clang++-14}
+bash ci/install_clang.sh "$cxx"
+cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
+  -DBIH_CUDA=OFF -DBIH_BUILD_BENCH=OFF -DBIH_SANITIZE=ON -DBIH_FUZZ=ON \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" >/dev/null
 cmake --build "$build" -j "${BIH_JOBS:-$(nproc)}"
 # detect_leaks: a leak is a finding too. The Python and Node adapters the tests start are not
 # instrumented; these variables reach them but mean nothing to them.

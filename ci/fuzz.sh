@@ -12,15 +12,13 @@ seconds=${BIH_FUZZ_SECONDS:-30}
 targets=${BIH_FUZZ_TARGETS:-scenarios safetensors gguf generation report expectations protocol}
 cxx=${BIH_FUZZ_CXX:-clang++-14}
 # clang with libFuzzer's runtime (Debian ships it apart from the compiler).
-if ! command -v "$cxx" >/dev/null || ! dpkg -s libclang-rt-14-dev >/dev/null 2>&1; then
-  [ "$(id -u)" -eq 0 ] && sudo="" || sudo=sudo
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get install -y -q --no-install-recommends clang-14 libclang-rt-14-dev >/dev/null
+bash ci/install_clang.sh "$cxx"
+# A build that already has the fuzz targets configured (ci/asan.sh's) is reused as it is.
+if ! grep -qs '^BIH_FUZZ:BOOL=ON' "$build/CMakeCache.txt"; then
+  cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=None \
+    -DCMAKE_CXX_FLAGS=-O1 -DBIH_CUDA=OFF -DBIH_BUILD_TESTS=OFF -DBIH_BUILD_BENCH=OFF \
+    -DBIH_FUZZ=ON >/dev/null
 fi
-# -O1: the usual fuzzing trade (fast enough to run, quick to build, sanitizer reports readable).
-cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=None \
-  -DCMAKE_CXX_FLAGS=-O1 -DBIH_CUDA=OFF -DBIH_BUILD_TESTS=OFF -DBIH_BUILD_BENCH=OFF \
-  -DBIH_FUZZ=ON >/dev/null
 cmake --build "$build" -j "${BIH_JOBS:-$(nproc)}" --target bih_fuzz
 
 out=out/fuzz
