@@ -119,6 +119,8 @@ function resolveDispatchSchedule(name) {
 }
 
 class Engine {
+  contexts = new Map();  // sequence count -> its reused context
+
   async start(init) {
     if (init.protocol !== PROTOCOL) {
       throw new Error(`protocol "${init.protocol}" is not spoken here; valid: "${PROTOCOL}"`);
@@ -249,15 +251,13 @@ class Engine {
       }
     });
 
-    const context = await this.model.createContext({
-      ...this.contextOptions,
-      sequences: prompts.length,
-    });
+    const context = await this.contextFor(prompts.length);
+    const sequences = prompts.map(() => context.getSequence());
+    let clean = false;
     try {
       let done = 0;
       const total = prompts.length * maxTokens;
-      const runOne = async (prompt) => {
-        const sequence = context.getSequence();
+      const runOne = async (prompt, sequence) => {
         const tokens = [];
         const values = [];
         const steps = sequence.evaluateWithMetadata(
@@ -276,14 +276,52 @@ class Engine {
         }
         return { tokens, values };
       };
-      const sequences = await Promise.all(prompts.map(runOne));
-      return { type: "result", id: request.id, sequences };
+      const results = await Promise.all(prompts.map((p, i) => runOne(p, sequences[i])));
+      clean = true;
+      return { type: "result", id: request.id, sequences: results };
     } finally {
-      await context.dispose();
+      await this.release(prompts.length, sequences, clean);
     }
   }
 
+  // The context of `n` sequences, made on first use and kept: creating one costs far more than a
+  // tiny model's request. Its size and options are those a fresh context per request had.
+  async contextFor(n) {
+    let context = this.contexts.get(n);
+    if (context === undefined) {
+      context = await this.model.createContext({ ...this.contextOptions, sequences: n });
+      this.contexts.set(n, context);
+    }
+    return context;
+  }
+
+  // Empties the context for the next request. Disposing a sequence removes all its KV cells
+  // (llama_memory_seq_rm over every position) and returns its id to the context's free list, which
+  // hands ids out first-in first-out: released in order 0..n-1, the next request's prompt i gets
+  // sequence id i again, as in a fresh context. With every cell free, llama.cpp's KV cache starts
+  // placing cells from the first one again, so a reused context holds its cells where a fresh one
+  // would. After a failure the context is dropped whole instead: its state is unknown.
+  async release(n, sequences, clean) {
+    if (clean) {
+      for (const sequence of sequences) await sequence.dispose();
+      return;
+    }
+    const context = this.contexts.get(n);
+    this.contexts.delete(n);
+    await context?.dispose();
+  }
+
+  // reset_cache: nothing of a request survives into the next (see release()), so there is no
+  // prefix cache to empty; the pooled contexts are dropped anyway, so the next request starts from
+  // contexts as new.
+  async resetCache() {
+    const contexts = [...this.contexts.values()];
+    this.contexts.clear();
+    for (const context of contexts) await context.dispose();
+  }
+
   async stop() {
+    await this.resetCache();
     await this.model?.dispose();
     await this.llama?.dispose();
   }
