@@ -2,10 +2,13 @@
 // adapter.mjs: puts llama.cpp (through node-llama-cpp 3.21.1, its prebuilt CPU binary) under bih's
 // test, speaking the engine protocol bih.engine/1 (docs/engine-protocol.md) on stdin/stdout.
 //
-// One `generate` is one batch: a fresh llama.cpp context with one sequence per prompt, every
-// sequence evaluated concurrently (node-llama-cpp packs the pending tokens of all sequences into
-// one llama_decode per step), greedy, EOS ignored, exactly max_tokens tokens each. The context is
-// disposed after the request, so no KV cell of one request is ever seen by the next.
+// One `generate` is one batch: a llama.cpp context with one sequence per prompt, every sequence
+// evaluated concurrently (node-llama-cpp packs the pending tokens of all sequences into one
+// llama_decode per step), greedy, EOS ignored, exactly max_tokens tokens each. Contexts are kept,
+// one per batch size (creating one costs more than a tiny model's request), and emptied after
+// every request: each sequence is disposed, which removes all its KV cells, so no KV cell of one
+// request is ever seen by the next (tests/cpu/test_llama_cpp.cpp checks it against a fresh
+// adapter). `reset_cache` (announced in hello) drops the kept contexts.
 //
 // What is compared (hello.value = "probability"): node-llama-cpp's `confidence` of the sampled
 // token: with temperature 0 its sampler chain is llama.cpp's greedy sampler alone (no top-k/top-p,
@@ -65,9 +68,11 @@ function checkKnobs(knobs, gpu) {
         }
         break;
       case "prefix_caching.enabled":
-        // Every request gets a fresh context and sequences never share KV cells: no prefix is
-        // ever reused, which is what prefix_caching=false asks for.
-        if (value !== false) fail(key, "this adapter never reuses a prefix across sequences");
+        // Every request starts from an empty context and sequences never share KV cells: no
+        // prefix is ever reused, which is what prefix_caching=false asks for.
+        if (value !== false) {
+          fail(key, "this adapter never reuses a prefix across requests or sequences");
+        }
         break;
       case "prefix_caching.block_size":
         if (knobs["prefix_caching.enabled"] !== false) {
@@ -195,7 +200,8 @@ class Engine {
       kvCacheValueType: probe.kvCacheValueType,
       threads: probe.idealThreads,
     };
-    await probe.dispose();
+    // Kept as the pool's one-sequence context (what every bs=1 request uses).
+    this.contexts.set(1, probe);
 
     const release = this.llama.llamaCppRelease;
     return {
@@ -204,6 +210,7 @@ class Engine {
       engine: { name: "llama.cpp", version: release.release },
       adapter: ADAPTER,
       value: "probability",
+      capabilities: { reset_cache: true },
       settings: {
         llamaCppRepo: release.repo,
         llamaCppRelease: release.release,
@@ -217,7 +224,9 @@ class Engine {
         threads,
         ...resolved,
         contextSize: this.contextSize,
-        sequencesPerContext: "one per prompt of the request (fresh context per request)",
+        sequencesPerContext:
+          "one per prompt of the request; one context per batch size, reused, its sequences " +
+          "disposed (every KV cell removed) after each request",
         maxBatch: this.maxBatch,
         dispatchSchedule: options.dispatchSchedule ?? "nextCycle",
         itemPrioritizationStrategy: "maximumParallelism",
@@ -357,6 +366,15 @@ async function main() {
       }
     }
     if (message.type === "shutdown") break;
+    if (message.type === "reset_cache") {
+      try {
+        await engine.resetCache();
+        send({ type: "reset_done" });
+      } catch (e) {
+        send({ type: "error", message: e?.message ?? String(e) });
+      }
+      continue;
+    }
     if (message.type === "generate") {
       try {
         send(await engine.generate(message));
