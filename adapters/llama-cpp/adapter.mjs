@@ -7,7 +7,7 @@
 // llama_decode per step), greedy, EOS ignored, exactly max_tokens tokens each. Contexts are kept,
 // one per batch size (creating one costs more than a tiny model's request), and emptied after
 // every request: each sequence is disposed, which removes all its KV cells, so no KV cell of one
-// request is ever seen by the next (tests/cpu/test_llama_cpp.cpp checks it against a fresh
+// request is ever seen by the next (tests/cpu/test_llama_cpp_reuse.cpp checks it against a fresh
 // adapter). `reset_cache` (announced in hello) drops the kept contexts.
 //
 // What is compared (hello.value = "probability"): node-llama-cpp's `confidence` of the sampled
