@@ -2,11 +2,14 @@
 // read and type-checked, the answer must be reset_done (an error reply or anything else is an
 // error naming it), the messages follow the published schema, and a prefix-caching scenario runs
 // for an adapter that can reset: `bih adapter` with prefix caching on gives bitwise the in-process
-// engine's cold and warm generations, while an adapter that does not announce it is still
+// engine's cold and warm generations, and the same rows through the model (a cold generation runs
+// every prompt token, so the reset happened), while an adapter that does not announce it is still
 // declined (unsupported), as before.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "base/json_file.hpp"
 #include "engines/engine_protocol.hpp"
@@ -78,6 +81,12 @@ TEST(ProtocolReset, TheMessagesFollowTheSchema) {
   EXPECT_NE(schema.errors(hello_with({{"reset_cache", 1}})), "");
 }
 
+std::string meta_labels(const std::map<std::string, int64_t>& rows) {
+  std::string out;
+  for (const auto& [label, n] : rows) out += label + "=" + std::to_string(n) + " ";
+  return out;
+}
+
 fs::path work_of(const fs::path& out) {
   const auto reports = testing::report_files(out);
   EXPECT_EQ(reports.size(), 1u);
@@ -136,6 +145,19 @@ TEST(ProtocolReset, BihAdapterWithPrefixCachingGivesTheInProcessBits) {
   EXPECT_TRUE(warm) << "no warm generation in the plan: the reset was not exercised";
   EXPECT_EQ(report["verdict"],
             read_json_file(testing::report_files(dir / "a").at(0).string())["verdict"]);
+
+  // The bits of a hit and a miss can agree; the rows through the model cannot: a cold generation
+  // whose cache was not emptied would reuse the previous one's prompts and run fewer rows.
+  const auto rows = [](const fs::path& work) {
+    std::map<std::string, int64_t> out;
+    const json meta = read_json_file((work / "meta.json").string());  // kept: the loop reads it
+    for (const json& g : meta["generations"]) out[g["label"]] = g["rows"];
+    return out;
+  };
+  const auto in_process = rows(wa), adapted = rows(wb);
+  EXPECT_EQ(adapted, in_process);
+  ASSERT_TRUE(adapted.count("bs=4") && adapted.count("bs=4(warm)")) << meta_labels(adapted);
+  EXPECT_LT(adapted.at("bs=4(warm)"), adapted.at("bs=4")) << "the warm generation hit nothing";
 }
 
 TEST(ProtocolReset, AnAdapterThatCannotResetIsStillDeclined) {
