@@ -27,7 +27,7 @@ const Prompt kB{44, 3, 1999, 8, 8, 8, 8, 8, 8, 8, 8, 8, 700, 260, 1500, 12};  //
 
 json generate(int id, const std::vector<Prompt>& prompts) {
   return {{"type", "generate"}, {"id", id},       {"prompts", prompts},
-          {"max_tokens", 5},    {"greedy", true}, {"ignore_eos", true}};
+          {"max_tokens", 3},    {"greedy", true}, {"ignore_eos", true}};
 }
 
 // Runs one adapter over `requests` (after init, before shutdown); its answers, one per line.
@@ -39,7 +39,7 @@ std::vector<json> exchange(const fs::path& dir, const std::string& name, const f
       {"model", {{"format", "gguf"}, {"path", gguf}, {"config", {{"vocab_size", 2048}}}}},
       {"knobs", json::object()},
       {"options", {{"threads", 2}}},
-      {"limits", {{"max_batch", 3}, {"max_model_len", 64}, {"max_tokens", 5}}}};
+      {"limits", {{"max_batch", 3}, {"max_model_len", 64}, {"max_tokens", 3}}}};
   {
     std::ofstream in(dir / (name + ".in"));
     in << init.dump() << "\n";
@@ -89,7 +89,7 @@ TEST(LlamaCppReuse, NoKvStateLeaksBetweenRequests) {
   EXPECT_EQ(one[0]["capabilities"]["reset_cache"], true);
   EXPECT_EQ(one[7], json({{"type", "reset_done"}}));
   const json a = sequence(one, 1, 0);
-  ASSERT_EQ(a["tokens"].size(), 5u);
+  ASSERT_EQ(a["tokens"].size(), 3u);
   EXPECT_EQ(sequence(one, 3, 0), a) << "A after B";
   EXPECT_EQ(sequence(one, 6, 0), a) << "A after batches of three";
   EXPECT_EQ(sequence(one, 7, 0), a) << "A after reset_cache";
