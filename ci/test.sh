@@ -12,6 +12,13 @@ if ! command -v npm >/dev/null; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends nodejs npm
 fi
 bash adapters/llama-cpp/setup.sh
+# llama-server, built from the llama.cpp source that node-llama-cpp ships (no download) into bih's
+# cache by the source's hash: 6 min from scratch on two cores, a path print once cached. The
+# llama-server tests find it through BIH_LLAMA_SERVER (the profile's program).
+SECONDS=0
+BIH_LLAMA_SERVER="$(bash adapters/llama-cpp/build-server.sh | tail -n1)"
+export BIH_LLAMA_SERVER
+echo "adapters/llama-cpp/build-server.sh: ${SECONDS} s (${BIH_LLAMA_SERVER})"
 bash ci/build.sh
 ctest --test-dir "${BIH_BUILD_DIR:-build}" -L cpu --output-on-failure -j "$(nproc)"
 # Sanitizers and fuzzers after the plain suite, so that a plain failure is reported first.

@@ -109,7 +109,12 @@ int serve_bih_engine(std::istream& in, std::ostream& out) {
                    {"adapter", {{"name", "bih adapter"}, {"version", id.version}}},
                    {"value", id.value},
                    {"settings", settings},
-                   {"capabilities", {{"step_stats", true}}}});
+                   {"capabilities", {{"step_stats", true}, {"reset_cache", true}}}});
+      } else if (type == "reset_cache") {
+        if (!engine) throw InfraError("reset_cache before init");
+        // bih's engine forgets every cached prefix block; the next generate runs cold.
+        if (!engine->reset_prefix_cache()) throw InfraError("this engine cannot empty its cache");
+        send(out, {{"type", "reset_done"}});
       } else if (type == "generate") {
         if (!engine) throw InfraError("generate before init");
         const auto prompts = message.at("prompts").get<std::vector<std::vector<int32_t>>>();

@@ -102,6 +102,7 @@ class CommandEngine : public TestedEngine {
       identity_.settings = hello.settings;
       identity_.details["adapter"] = hello.adapter;
       step_stats_ = hello.step_stats;
+      reset_cache_ = hello.reset_cache;
     } catch (const protocol::ProtocolError& e) {
       fail(e.what());
     }
@@ -132,6 +133,21 @@ class CommandEngine : public TestedEngine {
     } catch (const protocol::ProtocolError& e) {
       fail(e.what());
     }
+  }
+
+  // Only an adapter that announced capabilities.reset_cache is asked; the others keep what they
+  // always had: the worker declines a prefix-caching scenario for them.
+  bool reset_prefix_cache() override {
+    if (!reset_cache_) return false;
+    const int64_t n = ++resets_;
+    send(protocol::reset_cache_message(), fmt::format("reset_cache request {}", n));
+    const json answer = receive(fmt::format("its answer to reset_cache request {}", n), {});
+    try {
+      protocol::parse_reset_done(answer);
+    } catch (const protocol::ProtocolError& e) {
+      fail(e.what());
+    }
+    return true;
   }
 
   void shutdown() override {
@@ -248,6 +264,8 @@ class CommandEngine : public TestedEngine {
   int64_t next_id_ = 1;
   size_t max_line_bytes_ = 0;
   bool step_stats_ = false;
+  bool reset_cache_ = false;
+  int64_t resets_ = 0;
   bool shut_down_ = false;
 };
 

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "base/json_text.hpp"
 #include "base/utf8.hpp"
@@ -84,6 +85,22 @@ json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& promp
 
 json shutdown_message() { return {{"type", "shutdown"}}; }
 
+json reset_cache_message() { return {{"type", "reset_cache"}}; }
+
+void parse_reset_done(const json& message) {
+  const std::string type = message.at("type");
+  if (type == "reset_done") return;
+  if (type == "error") {
+    const auto it = message.find("message");
+    throw ProtocolError("could not empty its cache: " +
+                        (it != message.end() && it->is_string()
+                             ? quote_text(it->get<std::string>(), 2000)
+                             : quote_text(message.dump())));
+  }
+  throw ProtocolError(fmt::format("answered reset_cache with a {} message, not reset_done: {}",
+                                  quote_text(type), quote_text(message.dump())));
+}
+
 json parse_line(const std::string& line) {
   if (const size_t bad = first_invalid_utf8(line); bad != std::string::npos) {
     // nlohmann would refuse it too, quoting the raw byte; say plainly what is wrong instead.
@@ -146,12 +163,14 @@ Hello parse_hello(const json& message) {
   if (message.contains("capabilities")) {
     // Checked, not value()'d: value() throws nlohmann's type_error for "step_stats": "yes".
     const json& caps = message["capabilities"];
-    if (caps.contains("step_stats")) {
-      if (!caps["step_stats"].is_boolean()) {
-        throw ProtocolError(what + "'s \"capabilities\".\"step_stats\" is " +
-                            quote_text(caps["step_stats"].dump()) + "; valid: true or false");
+    for (auto [key, flag] :
+         {std::pair{"step_stats", &h.step_stats}, std::pair{"reset_cache", &h.reset_cache}}) {
+      if (!caps.contains(key)) continue;
+      if (!caps[key].is_boolean()) {
+        throw ProtocolError(fmt::format("{}'s \"capabilities\".\"{}\" is {}; valid: true or false",
+                                        what, key, quote_text(caps[key].dump())));
       }
-      h.step_stats = caps["step_stats"].get<bool>();
+      *flag = caps[key].get<bool>();
     }
   }
   return h;

@@ -41,6 +41,9 @@ nlohmann::json init_message(const ModelHandle& model, const nlohmann::json& knob
 nlohmann::json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& prompts,
                                 int max_tokens);
 nlohmann::json shutdown_message();
+// {"type": "reset_cache"}: empty your prefix (KV) cache, so that the next generate runs cold. Sent
+// only to an adapter whose hello said capabilities.reset_cache: true, between generations.
+nlohmann::json reset_cache_message();
 
 // A line the adapter wrote, as a message: a JSON object with a string "type". Throws
 // ProtocolError quoting the line (cut to 200 characters) otherwise.
@@ -62,10 +65,15 @@ struct Hello {
   nlohmann::json settings = nlohmann::json::object();
   nlohmann::json adapter = nlohmann::json::object();
   bool step_stats = false;
+  bool reset_cache = false;  // it answers reset_cache (capabilities.reset_cache)
 };
 
 // The answer to init of type "hello"; throws ProtocolError for a missing or wrong field.
 Hello parse_hello(const nlohmann::json& message);
+
+// The answer to reset_cache: {"type": "reset_done"}. Throws ProtocolError for an error reply
+// (quoting its message) or any other message.
+void parse_reset_done(const nlohmann::json& message);
 
 // One value of a result: "0x3f800000" (float32 bits, exact) or a JSON number rounded to float32.
 float parse_value(const nlohmann::json& value);

@@ -2,10 +2,13 @@
 // adapter.mjs: puts llama.cpp (through node-llama-cpp 3.21.1, its prebuilt CPU binary) under bih's
 // test, speaking the engine protocol bih.engine/1 (docs/engine-protocol.md) on stdin/stdout.
 //
-// One `generate` is one batch: a fresh llama.cpp context with one sequence per prompt, every
-// sequence evaluated concurrently (node-llama-cpp packs the pending tokens of all sequences into
-// one llama_decode per step), greedy, EOS ignored, exactly max_tokens tokens each. The context is
-// disposed after the request, so no KV cell of one request is ever seen by the next.
+// One `generate` is one batch: a llama.cpp context with one sequence per prompt, every sequence
+// evaluated concurrently (node-llama-cpp packs the pending tokens of all sequences into one
+// llama_decode per step), greedy, EOS ignored, exactly max_tokens tokens each. Contexts are kept,
+// one per batch size (creating one costs more than a tiny model's request), and emptied after
+// every request: each sequence is disposed, which removes all its KV cells, so no KV cell of one
+// request is ever seen by the next (tests/cpu/test_llama_cpp_reuse.cpp checks it against a fresh
+// adapter). `reset_cache` (announced in hello) drops the kept contexts.
 //
 // What is compared (hello.value = "probability"): node-llama-cpp's `confidence` of the sampled
 // token: with temperature 0 its sampler chain is llama.cpp's greedy sampler alone (no top-k/top-p,
@@ -65,9 +68,11 @@ function checkKnobs(knobs, gpu) {
         }
         break;
       case "prefix_caching.enabled":
-        // Every request gets a fresh context and sequences never share KV cells: no prefix is
-        // ever reused, which is what prefix_caching=false asks for.
-        if (value !== false) fail(key, "this adapter never reuses a prefix across sequences");
+        // Every request starts from an empty context and sequences never share KV cells: no
+        // prefix is ever reused, which is what prefix_caching=false asks for.
+        if (value !== false) {
+          fail(key, "this adapter never reuses a prefix across requests or sequences");
+        }
         break;
       case "prefix_caching.block_size":
         if (knobs["prefix_caching.enabled"] !== false) {
@@ -119,6 +124,8 @@ function resolveDispatchSchedule(name) {
 }
 
 class Engine {
+  contexts = new Map();  // sequence count -> its reused context
+
   async start(init) {
     if (init.protocol !== PROTOCOL) {
       throw new Error(`protocol "${init.protocol}" is not spoken here; valid: "${PROTOCOL}"`);
@@ -193,7 +200,8 @@ class Engine {
       kvCacheValueType: probe.kvCacheValueType,
       threads: probe.idealThreads,
     };
-    await probe.dispose();
+    // Kept as the pool's one-sequence context (what every bs=1 request uses).
+    this.contexts.set(1, probe);
 
     const release = this.llama.llamaCppRelease;
     return {
@@ -202,6 +210,7 @@ class Engine {
       engine: { name: "llama.cpp", version: release.release },
       adapter: ADAPTER,
       value: "probability",
+      capabilities: { reset_cache: true },
       settings: {
         llamaCppRepo: release.repo,
         llamaCppRelease: release.release,
@@ -215,7 +224,9 @@ class Engine {
         threads,
         ...resolved,
         contextSize: this.contextSize,
-        sequencesPerContext: "one per prompt of the request (fresh context per request)",
+        sequencesPerContext:
+          "one per prompt of the request; one context per batch size, reused, its sequences " +
+          "disposed (every KV cell removed) after each request",
         maxBatch: this.maxBatch,
         dispatchSchedule: options.dispatchSchedule ?? "nextCycle",
         itemPrioritizationStrategy: "maximumParallelism",
@@ -249,15 +260,13 @@ class Engine {
       }
     });
 
-    const context = await this.model.createContext({
-      ...this.contextOptions,
-      sequences: prompts.length,
-    });
+    const context = await this.contextFor(prompts.length);
+    const sequences = prompts.map(() => context.getSequence());
+    let clean = false;
     try {
       let done = 0;
       const total = prompts.length * maxTokens;
-      const runOne = async (prompt) => {
-        const sequence = context.getSequence();
+      const runOne = async (prompt, sequence) => {
         const tokens = [];
         const values = [];
         const steps = sequence.evaluateWithMetadata(
@@ -276,14 +285,52 @@ class Engine {
         }
         return { tokens, values };
       };
-      const sequences = await Promise.all(prompts.map(runOne));
-      return { type: "result", id: request.id, sequences };
+      const results = await Promise.all(prompts.map((p, i) => runOne(p, sequences[i])));
+      clean = true;
+      return { type: "result", id: request.id, sequences: results };
     } finally {
-      await context.dispose();
+      await this.release(prompts.length, sequences, clean);
     }
   }
 
+  // The context of `n` sequences, made on first use and kept: creating one costs far more than a
+  // tiny model's request. Its size and options are those a fresh context per request had.
+  async contextFor(n) {
+    let context = this.contexts.get(n);
+    if (context === undefined) {
+      context = await this.model.createContext({ ...this.contextOptions, sequences: n });
+      this.contexts.set(n, context);
+    }
+    return context;
+  }
+
+  // Empties the context for the next request. Disposing a sequence removes all its KV cells
+  // (llama_memory_seq_rm over every position) and returns its id to the context's free list, which
+  // hands ids out first-in first-out: released in order 0..n-1, the next request's prompt i gets
+  // sequence id i again, as in a fresh context. With every cell free, llama.cpp's KV cache starts
+  // placing cells from the first one again, so a reused context holds its cells where a fresh one
+  // would. After a failure the context is dropped whole instead: its state is unknown.
+  async release(n, sequences, clean) {
+    if (clean) {
+      for (const sequence of sequences) await sequence.dispose();
+      return;
+    }
+    const context = this.contexts.get(n);
+    this.contexts.delete(n);
+    await context?.dispose();
+  }
+
+  // reset_cache: nothing of a request survives into the next (see release()), so there is no
+  // prefix cache to empty; the pooled contexts are dropped anyway, so the next request starts from
+  // contexts as new.
+  async resetCache() {
+    const contexts = [...this.contexts.values()];
+    this.contexts.clear();
+    for (const context of contexts) await context.dispose();
+  }
+
   async stop() {
+    await this.resetCache();
     await this.model?.dispose();
     await this.llama?.dispose();
   }
@@ -319,6 +366,15 @@ async function main() {
       }
     }
     if (message.type === "shutdown") break;
+    if (message.type === "reset_cache") {
+      try {
+        await engine.resetCache();
+        send({ type: "reset_done" });
+      } catch (e) {
+        send({ type: "error", message: e?.message ?? String(e) });
+      }
+      continue;
+    }
     if (message.type === "generate") {
       try {
         send(await engine.generate(message));

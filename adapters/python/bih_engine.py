@@ -46,6 +46,12 @@ class Adapter:
         self.last_stats = {"steps": N, "rows": N} for the result's stats."""
         raise NotImplementedError
 
+    def reset_cache(self):
+        """Empties the engine's prefix (KV) cache, so that the next generate runs cold. Override
+        it only if the engine can: the loop then announces capabilities.reset_cache in hello and
+        answers bih's reset_cache with reset_done (or error, if this raises)."""
+        raise NotImplementedError
+
     def shutdown(self):
         """Releases the engine."""
 
@@ -137,8 +143,11 @@ def _serve(adapter, lines, writer):
         "value": hello.get("value", "logprob"),
         "settings": hello.get("settings", {}),
     }
-    if "capabilities" in hello:
-        message["capabilities"] = hello["capabilities"]
+    capabilities = dict(hello.get("capabilities", {}))
+    if type(adapter).reset_cache is not Adapter.reset_cache:
+        capabilities.setdefault("reset_cache", True)
+    if capabilities:
+        message["capabilities"] = capabilities
     writer.send(message)
 
     for line in lines:
@@ -152,6 +161,13 @@ def _serve(adapter, lines, writer):
         kind = request.get("type") if isinstance(request, dict) else None
         if kind == "shutdown":
             break
+        if kind == "reset_cache" and message.get("capabilities", {}).get("reset_cache"):
+            try:
+                adapter.reset_cache()
+                writer.send({"type": "reset_done"})
+            except Exception as e:  # noqa: BLE001
+                writer.send({"type": "error", "message": _last_line(e)})
+            continue
         if kind != "generate":
             writer.send({"type": "error", "message": "unexpected message type %r" % kind})
             continue

@@ -96,6 +96,29 @@ class ProtocolLoop(unittest.TestCase):
         self.assertTrue(adapter.stopped)
         self.assertIn("library chatter", log)
 
+    def test_reset_cache_is_announced_and_answered_only_when_implemented(self):
+        # Echo does not override reset_cache: no capability, and a reset_cache is refused.
+        _, lines, _ = exchange(Echo(), INIT, {"type": "reset_cache"}, {"type": "shutdown"})
+        self.assertNotIn("capabilities", lines[0])
+        self.assertEqual(lines[1]["type"], "error")
+
+        class Resettable(Echo):
+            resets = 0
+
+            def reset_cache(self):
+                self.resets += 1
+                if self.resets == 2:
+                    raise RuntimeError("cache locked")
+
+        adapter = Resettable()
+        _, lines, _ = exchange(adapter, INIT, {"type": "reset_cache"}, generate(1, [[3]], 1),
+                               {"type": "reset_cache"}, {"type": "shutdown"})
+        self.assertEqual(lines[0]["capabilities"], {"reset_cache": True})
+        self.assertEqual(lines[1], {"type": "reset_done"})
+        self.assertEqual(lines[3]["type"], "result")
+        self.assertEqual(lines[4], {"type": "error", "message": "RuntimeError: cache locked"})
+        self.assertEqual(adapter.resets, 2)
+
     def test_float32_bits(self):
         self.assertEqual(bih_engine.float32_bits(1.0), "0x3f800000")
         self.assertEqual(bih_engine.float32_bits(-0.0), "0x80000000")
