@@ -287,7 +287,8 @@ TEST(ServerProfiles, BihServeGetsEveryKnobThroughTheKnobsFile) {
   const ServerLaunch l = map_server_launch(p, s, vars());
   ASSERT_EQ(l.unsupported, "");
   EXPECT_EQ(l.argv, (Argv{"/opt/bih/bih", "serve", "--knobs", "/work/s1/knobs.json", "--model",
-                          "/cache/models/qwen3.hf", "--host", "127.0.0.1", "--port", "8000"}));
+                          "/cache/models/qwen3.hf", "--host", "127.0.0.1", "--port", "8000",
+                          "--max-model-len", std::to_string(s.plan.max_model_len)}));
   EXPECT_EQ(l.served_model, "bih");
 }
 
