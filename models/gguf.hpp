@@ -94,11 +94,13 @@ GgufFile read_gguf(const std::string& path);
 std::string gguf_tensor_name(const std::string& hf_name);
 
 // The synthetic SPM vocabulary written into every GGUF (llama.cpp's "llama" tokenizer needs the
-// 256 byte tokens, or loading aborts; the ids stay what bih's prompts use):
+// 256 byte pieces, or loading aborts; the ids stay what bih's prompts use):
 //   id 0         "<unk>"                 UNKNOWN (2), tokenizer.ggml.unknown_token_id
 //   id 1         "<s>"                   CONTROL (3), tokenizer.ggml.bos_token_id
 //   id 2         "</s>"                  CONTROL (3), tokenizer.ggml.eos_token_id
-//   ids 3..258   "<0x00>".."<0xFF>"      BYTE (6), upper-case hex as llama.cpp looks them up
+//   ids 3..258   "<0x00>".."<0xFF>"      NORMAL (1), upper-case hex as llama.cpp looks them up;
+//                                        not BYTE (6), whose raw bytes make llama-server fail
+//                                        a completion that is not UTF-8
 //   ids 259..    "\u2581t<id>" ("▁t259")  NORMAL (1)
 // Scores are all 0. The vocabulary needs at least kSyntheticVocabMinSize tokens.
 struct VocabToken {

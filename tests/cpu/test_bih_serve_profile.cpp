@@ -43,8 +43,8 @@ std::pair<fs::path, fs::path> run_both(const fs::path& dir, const json& knobs,
   served["engine"] = {{"kind", "http"}, {"profile", "bih"}, {"batching", batching}};
   std::ofstream(dir / "in-process.json") << knobs.dump();
   std::ofstream(dir / "served.json") << served.dump();
-  const auto a = testing::run_bih({"run", (dir / "in-process.json").string(), "--out",
-                                   (dir / "a").string(), "--keep-work"});
+  const auto a = testing::run_bih(
+      {"run", (dir / "in-process.json").string(), "--out", (dir / "a").string(), "--keep-work"});
   const auto b = testing::run_bih(
       {"run", (dir / "served.json").string(), "--out", (dir / "b").string(), "--keep-work"});
   EXPECT_EQ(a.exit_code, 0) << a.output;
@@ -112,7 +112,8 @@ TEST(BihServeProfile, ConcurrentRequestsOnInvariantKernelsDecodeAsAlone) {
 TEST(BihServeProfile, ABuildWithoutHttpSaysWhatToInstall) {
   const auto dir = testing::fresh_dir("serve-profile-nohttp");
   std::ofstream(dir / "s.json") << R"({"engine": {"kind": "http", "profile": "bih"}})";
-  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "o").string()});
+  const auto r =
+      testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "o").string()});
   EXPECT_NE(r.output.find("libcpp-httplib-dev"), std::string::npos) << r.output;
 }
 

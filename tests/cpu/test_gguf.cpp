@@ -88,7 +88,7 @@ TEST_F(GgufTest, MetadataHoldsWhatLlamaCppsQwen3LoaderReads) {
   ASSERT_NE(f.find("qwen3.attention.layer_norm_rms_epsilon"), nullptr);
   EXPECT_EQ(f.find("qwen3.attention.layer_norm_rms_epsilon")->real, c.rms_norm_eps);
 
-  // The synthetic SPM vocabulary: specials, the 256 byte tokens, then "▁t<id>".
+  // The synthetic SPM vocabulary: specials, the 256 byte pieces "<0xNN>", then "▁t<id>".
   ASSERT_NE(f.find("tokenizer.ggml.model"), nullptr);
   EXPECT_EQ(f.find("tokenizer.ggml.model")->text, "llama");
   const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
@@ -119,7 +119,7 @@ TEST_F(GgufTest, MetadataHoldsWhatLlamaCppsQwen3LoaderReads) {
   EXPECT_EQ(types->integers[0], 2);
   EXPECT_EQ(types->integers[1], 3);
   EXPECT_EQ(types->integers[2], 3);
-  for (int id = 3; id < 259; ++id) EXPECT_EQ(types->integers[id], 6) << id;
+  for (int id = 3; id < 259; ++id) EXPECT_EQ(types->integers[id], 1) << id;  // "<0xNN>" as text
   EXPECT_EQ(types->integers[259], 1);
   EXPECT_EQ(types->integers[c.vocab_size - 1], 1);
   EXPECT_EQ(uint_of(f, "tokenizer.ggml.bos_token_id"), 1);
