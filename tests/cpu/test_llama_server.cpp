@@ -89,7 +89,7 @@ TEST(LlamaServer, EachBatchingAndDialectOnOneSlotIsInvariantAndTheDialectsAgreeB
     }
     ASSERT_FALSE(openai.empty() || llama.empty()) << batching;
     for (const std::string file : {"gen-bs_1.json", "gen-bs_4.json"}) {
-      const Comparison c = compare(gen(openai, file), gen(llama, file), "dialect", 4);
+      const Comparison c = compare(gen(openai, file), gen(llama, file), "batch", 4);
       EXPECT_TRUE(c.identical()) << batching << " " << file << ": " << summarize(c);
       EXPECT_EQ(c.tokens_compared, 4 * 4);
     }
