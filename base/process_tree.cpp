@@ -34,35 +34,43 @@ bool is_subreaper() {
 
 namespace {
 
-// pid -> parent pid of every live process (zombies have no children left and need no kill).
-std::map<pid_t, pid_t> parent_links() {
-  std::map<pid_t, pid_t> parents;
+struct LiveProcess {
+  pid_t pid;
+  pid_t parent;
+  pid_t group;
+};
+
+// Every live process, from one /proc scan (zombies have no children left and need no kill).
+std::vector<LiveProcess> live_processes() {
+  std::vector<LiveProcess> out;
   DIR* proc = opendir("/proc");
-  if (proc == nullptr) return parents;
+  if (proc == nullptr) return out;
   while (const dirent* e = readdir(proc)) {
     char* end = nullptr;
     const long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
     std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
     const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so look after the last
-    // ')'.
+    // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses, so look after the
+    // last ')'.
     const auto close = stat.rfind(')');
     if (close == std::string::npos || close + 4 >= stat.size()) continue;
     const char state = stat[close + 2];
     if (state == 'Z' || state == 'X') continue;
-    parents[static_cast<pid_t>(pid)] =
-        static_cast<pid_t>(std::strtol(stat.c_str() + close + 4, nullptr, 10));
+    char* after_parent = nullptr;
+    const long parent = std::strtol(stat.c_str() + close + 4, &after_parent, 10);
+    const long group = std::strtol(after_parent, nullptr, 10);
+    out.push_back({static_cast<pid_t>(pid), static_cast<pid_t>(parent), static_cast<pid_t>(group)});
   }
   closedir(proc);
-  return parents;
+  return out;
 }
 
 }  // namespace
 
 std::vector<pid_t> descendants(pid_t root) {
   std::multimap<pid_t, pid_t> children;
-  for (const auto& [pid, ppid] : parent_links()) children.emplace(ppid, pid);
+  for (const LiveProcess& p : live_processes()) children.emplace(p.parent, p.pid);
   std::vector<pid_t> out;
   std::vector<pid_t> todo{root};
   while (!todo.empty()) {
@@ -73,6 +81,14 @@ std::vector<pid_t> descendants(pid_t root) {
       out.push_back(it->second);
       todo.push_back(it->second);
     }
+  }
+  return out;
+}
+
+std::vector<pid_t> group_members(pid_t group) {
+  std::vector<pid_t> out;
+  for (const LiveProcess& p : live_processes()) {
+    if (p.group == group) out.push_back(p.pid);
   }
   return out;
 }

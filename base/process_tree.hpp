@@ -30,6 +30,9 @@ bool is_subreaper();
 // Every live process below `root` (children, their children, ...), from one /proc scan.
 std::vector<pid_t> descendants(pid_t root);
 
+// Every live (not zombie) process in process group `group`, from one /proc scan.
+std::vector<pid_t> group_members(pid_t group);
+
 // SIGKILLs every descendant of this process and reaps its children, until it has none left or
 // `limit_s` passed (a process stuck in the kernel). Returns how many processes it killed.
 // It reaps every child: call it only when no other thread waits for a child of ours.

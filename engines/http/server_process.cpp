@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "base/errors.hpp"
+#include "base/process_tree.hpp"
 
 extern char** environ;
 
@@ -217,8 +218,14 @@ std::string ServerProcess::stop(double grace_s) {
       *ended_ += fmt::format(" (it did not exit within {:g} s of SIGTERM)", grace_s);
     }
   }
-  // What it started in its group and left behind.
-  kill(-pid_, SIGKILL);
+  // What it started in its group and left behind. A SIGKILL is delivered asynchronously: wait
+  // (bounded: a process stuck in the kernel cannot be waited for) until the group is gone, so
+  // that when stop() returns nothing of the server is running.
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (kill(-pid_, SIGKILL) == 0 && !group_members(pid_).empty() &&
+         std::chrono::steady_clock::now() < limit) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   return *ended_;
 }
 
