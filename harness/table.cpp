@@ -13,9 +13,9 @@
 namespace bih {
 namespace {
 
-constexpr std::array<Verdict, 5> kAllVerdicts{Verdict::invariant, Verdict::batch_variant,
-                                              Verdict::nondeterministic, Verdict::error,
-                                              Verdict::unsupported};
+constexpr std::array<Verdict, 6> kAllVerdicts{Verdict::invariant,        Verdict::batch_variant,
+                                              Verdict::nondeterministic, Verdict::config_variant,
+                                              Verdict::error,            Verdict::unsupported};
 
 // Terminal columns a string takes: one per code point (no wide characters appear in our cells),
 // so UTF-8 continuation bytes do not count.
@@ -38,6 +38,8 @@ const char* ansi_color(Verdict v) {
       return "\x1b[33m";  // yellow
     case Verdict::nondeterministic:
       return "\x1b[31m";  // red
+    case Verdict::config_variant:
+      return "\x1b[35m";  // magenta
     case Verdict::error:
       return "\x1b[1;31m";  // bold red
     case Verdict::unsupported:
@@ -91,6 +93,17 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
                      r.batch_summary.empty() ? "-" : r.batch_summary, repeat,
                      fmt::format("{:.1f}s", r.wall_s)});
   }
+  // The vs-reference column and the config_variant count only where a matrix compares configs:
+  // other tables stay as they were.
+  const bool any_config = std::any_of(rows.begin(), rows.end(), [](const TableRow& r) {
+    return !r.config_summary.empty() || r.verdict == Verdict::config_variant;
+  });
+  if (any_config) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      cells[i][kRepeat] +=
+          "  |  vs reference: " + (rows[i].config_summary.empty() ? "-" : rows[i].config_summary);
+    }
+  }
   std::array<size_t, kColumns> widths{};
   for (int c = 0; c < kColumns; ++c) {
     widths[c] = display_width(header[c]);
@@ -115,6 +128,7 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
 
   std::string summary = fmt::format("{} scenario{}:", rows.size(), rows.size() == 1 ? "" : "s");
   for (size_t i = 0; i < kAllVerdicts.size(); ++i) {
+    if (kAllVerdicts[i] == Verdict::config_variant && !any_config) continue;
     summary +=
         fmt::format("{} {} {}", i ? "," : "", totals[kAllVerdicts[i]], to_string(kAllVerdicts[i]));
   }
