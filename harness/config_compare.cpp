@@ -63,8 +63,7 @@ std::vector<Comparison> compare_with_reference(const Scenario& s, const Plan& pl
     const auto ours = mine.find(label);
     if (theirs == reference.generations.end() || ours == mine.end()) {
       throw InfraError("config comparison: generation \"" + label + "\" is missing from " +
-                       (ours == mine.end() ? "this configuration's" : "the reference's") +
-                       " run");
+                       (ours == mine.end() ? "this configuration's" : "the reference's") + " run");
     }
     Generation a = theirs->second;
     a.label = kReferencePrefix + label;

@@ -70,8 +70,8 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
                    size_t max_divergences) {
   const auto& kinds = comparison_kinds();
   if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-    throw std::invalid_argument("compare: kind must be batch, repeat, fresh, cache or config, not \"" +
-                                kind + "\"");
+    throw std::invalid_argument(
+        "compare: kind must be batch, repeat, fresh, cache or config, not \"" + kind + "\"");
   }
   if (a.sequences.size() != b.sequences.size()) {
     throw InputError(pair_name(a, b), "/sequences",
@@ -142,7 +142,7 @@ std::string summarize(const Comparison& c) {
   std::string s;
   if (c.kind == "config") s = knob_change_text(c.knob_changes) + ": ";
   s += fmt::format("{}/{} logprobs differ, {}/{} greedy sequences changed", c.logprobs_differ,
-                  c.logprobs_compared, c.sequences_diverged, c.sequences_compared);
+                   c.logprobs_compared, c.sequences_diverged, c.sequences_compared);
   if (c.identical()) return s;
   s += fmt::format(", max |Δ| {:.3g}", c.max_abs_delta);
   if (c.max_ulp == std::numeric_limits<uint64_t>::max()) {

@@ -67,8 +67,7 @@ struct Comparison {
 
 // The valid comparison kinds.
 inline const std::vector<std::string>& comparison_kinds() {
-  static const std::vector<std::string> kinds{"batch", "repeat", "fresh", "cache",
-                                                  "config"};
+  static const std::vector<std::string> kinds{"batch", "repeat", "fresh", "cache", "config"};
   return kinds;
 }
 

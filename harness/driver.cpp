@@ -210,8 +210,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
       // in this one report beats losing it and every scenario after it (type_error.316).
       write_file_atomically(
           outcome.report_path,
-          make_report(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
-              "\n");
+          make_report(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     }
     // A scenario that did not come out as expected keeps its work folder (the adapter's log, the
     // worker's stderr, the dumps): that is where its failure is explained.
@@ -361,18 +360,19 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     const ReferenceRun* ref = config.reference;
     if (!ref) throw std::logic_error("run_scenario: a configuration without its reference's run");
     if (ref->verdict == Verdict::error || ref->verdict == Verdict::unsupported) {
-      return finish(ref->verdict, "its reference configuration " + ref->id + " ended in " +
-                                      to_string(ref->verdict) +
-                                      ", so nothing to compare against: " + first_line(ref->reason));
+      return finish(ref->verdict,
+                    "its reference configuration " + ref->id + " ended in " +
+                        to_string(ref->verdict) +
+                        ", so nothing to compare against: " + first_line(ref->reason));
     }
     try {
-      for (Comparison& c :
-           compare_with_reference(scenario, plan, gens, *ref,
-                                  static_cast<size_t>(options.max_divergences))) {
+      for (Comparison& c : compare_with_reference(scenario, plan, gens, *ref,
+                                                  static_cast<size_t>(options.max_divergences))) {
         outcome.comparisons.push_back(std::move(c));
       }
     } catch (const std::exception& e) {
-      return finish(Verdict::error, std::string("comparing with the reference failed: ") + e.what());
+      return finish(Verdict::error,
+                    std::string("comparing with the reference failed: ") + e.what());
     }
   }
   if (config.keep_generations) outcome.generations = gens;
@@ -458,12 +458,14 @@ int run_command(const RunOptions& options) {
   // turn); one that is not (another shard's, outside the matrix, or resumed) runs for its
   // generations only and writes no report.
   std::map<std::string, ReferenceRun> reference_runs;
-  std::map<std::string, ScenarioOutcome> ran_early;  // references of this shard run before their turn
+  std::map<std::string, ScenarioOutcome>
+      ran_early;  // references of this shard run before their turn
   auto keep_reference = [&](const std::string& id, const ScenarioOutcome& o) {
     reference_runs[id] = ReferenceRun{id, o.verdict, o.reason, o.generations};
   };
-  auto reference_for = [&](const Scenario& s, const std::function<void(const std::string&)>& progress)
-      -> const ReferenceRun* {
+  auto reference_for =
+      [&](const Scenario& s,
+          const std::function<void(const std::string&)>& progress) -> const ReferenceRun* {
     const std::string id = s.config_reference->id();
     if (auto it = reference_runs.find(id); it != reference_runs.end()) return &it->second;
     const auto mine = std::find_if(scenarios.begin(), scenarios.end(),
@@ -472,10 +474,9 @@ int run_command(const RunOptions& options) {
         mine != scenarios.end() &&
         !(options.resume && finished_outcome(*mine, options.out_dir, environment));
     progress("running its reference " + id);
-    ScenarioOutcome o =
-        run_scenario(report_here ? *mine : *s.config_reference, options, progress,
-                     ConfigRun{.reference = nullptr, .write_report = report_here,
-                               .keep_generations = true});
+    ScenarioOutcome o = run_scenario(
+        report_here ? *mine : *s.config_reference, options, progress,
+        ConfigRun{.reference = nullptr, .write_report = report_here, .keep_generations = true});
     std::fprintf(stderr, "%s    reference %s -> %s (%.1f s%s)\n", tty ? "\r\033[K" : "", id.c_str(),
                  to_string(o.verdict).c_str(), o.wall_s,
                  report_here ? "" : "; run for its generations, no report of its own here");

@@ -56,8 +56,8 @@ struct ScenarioOutcome {
 // How run_scenario treats a scenario of a matrix with a "compare" block.
 struct ConfigRun {
   const ReferenceRun* reference = nullptr;  // a configuration's reference, already run
-  bool write_report = true;      // false: a reference run only for its generations (its report
-                                 // is another shard's, or already there under --resume)
+  bool write_report = true;       // false: a reference run only for its generations (its report
+                                  // is another shard's, or already there under --resume)
   bool keep_generations = false;  // hand the generations back in the outcome
 };
 

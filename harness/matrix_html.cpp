@@ -239,6 +239,20 @@ std::string render_html(const MatrixView& view) {
     }
     out += "</tbody></table></section>\n";
   }
+  if (!view.config_rows.empty()) {
+    out +=
+        "<section id=\"config-comparisons\"><h2>Against the reference</h2><table "
+        "class=\"matrix\"><thead><tr><th>configuration</th><th>differs in</th><th>verdict</th>"
+        "<th>counts</th></tr></thead><tbody>\n";
+    for (const ConfigRow& r : view.config_rows) {
+      std::string counts;
+      for (const auto& c : r.counts) counts += (counts.empty() ? "" : "<br>") + escape_html(c);
+      out += "<tr><td><code>" + escape_html(r.id) + "</code></td><td>" + escape_html(r.knobs) +
+             "</td><td class=\"" + verdict_class(r.verdict) + "\">" + escape_html(r.verdict) +
+             "</td><td>" + (counts.empty() ? std::string("—") : counts) + "</td></tr>\n";
+    }
+    out += "</tbody></table></section>\n";
+  }
   return out + "</body></html>\n";
 }
 

@@ -77,19 +77,19 @@ nlohmann::json to_json(const Comparison& c) {
   json divergences = json::array();
   for (const Divergence& d : c.first_divergences) divergences.push_back(to_json(d));
   json out = {{"kind", c.kind},
-          {"a", c.a_label},
-          {"b", c.b_label},
-          {"identical", c.identical()},
-          {"summary", summarize(c)},
-          {"tokens_compared", c.tokens_compared},
-          {"tokens_differ", c.tokens_differ},
-          {"logprobs_compared", c.logprobs_compared},
-          {"logprobs_differ", c.logprobs_differ},
-          {"sequences_compared", c.sequences_compared},
-          {"sequences_diverged", c.sequences_diverged},
-          {"max_abs_delta", finite_or_null(c.max_abs_delta)},
-          {"max_ulp", ulp_or_null(c.max_ulp)},
-          {"first_divergences", std::move(divergences)}};
+              {"a", c.a_label},
+              {"b", c.b_label},
+              {"identical", c.identical()},
+              {"summary", summarize(c)},
+              {"tokens_compared", c.tokens_compared},
+              {"tokens_differ", c.tokens_differ},
+              {"logprobs_compared", c.logprobs_compared},
+              {"logprobs_differ", c.logprobs_differ},
+              {"sequences_compared", c.sequences_compared},
+              {"sequences_diverged", c.sequences_diverged},
+              {"max_abs_delta", finite_or_null(c.max_abs_delta)},
+              {"max_ulp", ulp_or_null(c.max_ulp)},
+              {"first_divergences", std::move(divergences)}};
   // A config comparison says against what: the reference's id and the knobs that differ.
   if (c.kind == "config") {
     out["reference"] = c.reference_id;

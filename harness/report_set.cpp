@@ -110,7 +110,8 @@ void check_report_verdict(const nlohmann::json& report, const std::string& path)
                        to_string(derived) +
                        "\" (decide_verdict: a differing repeat/fresh comparison makes "
                        "nondeterministic, else a differing batch/cache one batch_variant, else a "
-                       "differing config one config_variant, else invariant; an unhealthy output is error); refusing a report that "
+                       "differing config one config_variant, else invariant; an unhealthy output "
+                       "is error); refusing a report that "
                        "contradicts itself: run the scenario again");
 }
 

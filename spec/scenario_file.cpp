@@ -350,7 +350,8 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
   }
 
   std::optional<CompareBlock> compare;
-  if (is_matrix && doc.contains("compare")) compare = parse_compare(doc["compare"], path, axes, cases);
+  if (is_matrix && doc.contains("compare"))
+    compare = parse_compare(doc["compare"], path, axes, cases);
 
   size_t points_per_case = 1;
   for (const auto& axis : axes) {
@@ -362,7 +363,7 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
     }
   }
 
-  std::vector<std::pair<std::string, std::string>> seen;  // id, label
+  std::vector<std::pair<std::string, std::string>> seen;              // id, label
   std::map<std::string, std::shared_ptr<const Scenario>> references;  // by id: each built once
   for (const Point& c : cases) {
     for (size_t index = 0; index < points_per_case; ++index) {
@@ -384,7 +385,8 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
       }
       for (const Override& o : sets) point.overrides.push_back(o);
       Scenario scenario = build(base, point, path, base_pointer);
-      if (compare) attach_reference(scenario, base, point, *compare, path, base_pointer, references);
+      if (compare)
+        attach_reference(scenario, base, point, *compare, path, base_pointer, references);
       const std::string id = scenario.id();
       for (const auto& [other_id, other_label] : seen) {
         if (other_id != id) continue;
