@@ -65,14 +65,20 @@ bool should_use_color(int fd) {
 }
 
 std::string render_table(const std::vector<TableRow>& rows, bool color) {
-  enum Column { kMark, kId, kVerdict, kExpect, kBatch, kRepeat, kWall, kColumns };
+  enum Column { kMark, kId, kVerdict, kExpect, kBatch, kRepeat, kConfig, kWall, kColumns };
   const std::array<std::string, kColumns> header{"",
                                                  "scenario",
                                                  "verdict",
                                                  "expect",
                                                  "batch (bs=1 vs bs=N)",
                                                  "repeat or fresh (new process)",
+                                                 "vs reference",
                                                  "wall"};
+  // The vs-reference column and the config_variant count only where a matrix compares
+  // configurations: other tables stay as they were.
+  const bool any_config = std::any_of(rows.begin(), rows.end(), [](const TableRow& r) {
+    return !r.config_summary.empty() || r.verdict == Verdict::config_variant;
+  });
   std::vector<std::array<std::string, kColumns>> cells;
   std::map<Verdict, int> totals;
   int unmet = 0;
@@ -91,18 +97,8 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
     if (!r.repeat_summary.empty() && !r.repeat_kind.empty()) repeat = r.repeat_kind + ": " + repeat;
     cells.push_back({mark, r.id, to_string(r.verdict), r.expect ? to_string(*r.expect) : "-",
                      r.batch_summary.empty() ? "-" : r.batch_summary, repeat,
+                     r.config_summary.empty() ? "-" : r.config_summary,
                      fmt::format("{:.1f}s", r.wall_s)});
-  }
-  // The vs-reference column and the config_variant count only where a matrix compares configs:
-  // other tables stay as they were.
-  const bool any_config = std::any_of(rows.begin(), rows.end(), [](const TableRow& r) {
-    return !r.config_summary.empty() || r.verdict == Verdict::config_variant;
-  });
-  if (any_config) {
-    for (size_t i = 0; i < rows.size(); ++i) {
-      cells[i][kRepeat] +=
-          "  |  vs reference: " + (rows[i].config_summary.empty() ? "-" : rows[i].config_summary);
-    }
   }
   std::array<size_t, kColumns> widths{};
   for (int c = 0; c < kColumns; ++c) {
@@ -112,6 +108,7 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
   auto line = [&](const std::array<std::string, kColumns>& row, const Verdict* verdict) {
     std::string out;
     for (int c = 0; c < kColumns; ++c) {
+      if (c == kConfig && !any_config) continue;
       // The last column is not padded (no trailing blanks); wall times are right-aligned.
       std::string cell = c == kWall ? std::string(widths[c] - display_width(row[c]), ' ') + row[c]
                                     : pad(row[c], widths[c]);
