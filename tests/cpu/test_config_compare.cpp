@@ -353,7 +353,7 @@ TEST(ConfigCompareShards, AShardWithoutTheReferenceRunsItWithoutWritingItsReport
   // Scenario 0 (tp=1, the reference) is shard 1's, scenario 1 (tp=4) shard 2's.
   const auto r = testing::run_bih(
       {"run", (dir / "m.json").string(), "--out", (dir / "out").string(), "--shard", "2/2"});
-  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // tp=4 is config_variant, expected invariant
   EXPECT_NE(r.output.find("run for its generations, no report of its own here"), std::string::npos)
       << r.output;
   const auto files = testing::report_files(dir / "out");
@@ -363,6 +363,7 @@ TEST(ConfigCompareShards, AShardWithoutTheReferenceRunsItWithoutWritingItsReport
   int config = 0;
   for (const json& c : report.at("comparisons")) config += c.at("kind") == "config";
   EXPECT_EQ(config, 2);
+  EXPECT_EQ(report.at("verdict"), "config_variant");
 }
 
 TEST(ConfigCompareResume, AResumedRunReRunsTheReferenceOnlyForWhatItLacks) {
@@ -372,7 +373,7 @@ TEST(ConfigCompareResume, AResumedRunReRunsTheReferenceOnlyForWhatItLacks) {
                          R"({"reference": {"parallel.tp": 1}, "across": ["parallel.tp"]})"));
   const std::vector<std::string> run{"run", (dir / "m.json").string(), "--out",
                                      (dir / "out").string()};
-  ASSERT_EQ(testing::run_bih(run).exit_code, 0);
+  ASSERT_EQ(testing::run_bih(run).exit_code, 1);  // tp=2 and tp=4 are config_variant
   fs::path reference_file, tp4_file;
   for (const auto& f : testing::report_files(dir / "out")) {
     const json r = read_json_file(f.string());
@@ -387,10 +388,12 @@ TEST(ConfigCompareResume, AResumedRunReRunsTheReferenceOnlyForWhatItLacks) {
   auto resumed_run = run;
   resumed_run.push_back("--resume");
   const auto r = testing::run_bih(resumed_run);
-  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
   // tp=4 lost its report: it runs again, and its reference runs for its generations only.
   EXPECT_NE(r.output.find("run for its generations"), std::string::npos) << r.output;
   ASSERT_TRUE(fs::exists(tp4_file)) << r.output;
+  EXPECT_EQ(read_json_file(tp4_file.string()).at("verdict"), "config_variant");
+  EXPECT_NE(r.output.find("resumed: report already there"), std::string::npos) << r.output;
   std::ifstream in(reference_file);
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), {}), reference_text)
       << "the reference's report was written again";
