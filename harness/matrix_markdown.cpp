@@ -136,7 +136,8 @@ std::string render_markdown(const MatrixView& view) {
     out += "\n";
   }
   out +=
-      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · 🟫 config_variant · "
+      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · 🟫 config_variant "
+      "· "
       "🟥 error · ⬜ "
       "unsupported. Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
       "(\"run to run\": the same batch twice). Each cell links to its details.\n\n";
