@@ -136,10 +136,9 @@ std::string render_markdown(const MatrixView& view) {
     out += "\n";
   }
   out +=
-      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · 🟫 config_variant "
-      "· "
-      "🟥 error · ⬜ "
-      "unsupported. Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
+      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · "
+      "🟫 config_variant · 🟥 error · ⬜ unsupported. "
+      "Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
       "(\"run to run\": the same batch twice). Each cell links to its details.\n\n";
 
   auto axis_header = [](const std::vector<std::string>& keys) {
