@@ -27,9 +27,9 @@ Command add_explain_command(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("--comparison", args->kind,
-                  "Which comparison to explain: batch, repeat or fresh (default: the one the "
-                  "verdict rests on)")
-      ->check(CLI::IsMember({"batch", "repeat", "fresh"}));
+                  "Which comparison to explain: batch, repeat, fresh, cache or config (default: "
+                  "the one the verdict rests on)")
+      ->check(CLI::IsMember({"batch", "repeat", "fresh", "cache", "config"}));
   cmd->add_flag("--no-write", args->no_write, "Print only; leave the report unchanged");
   return {cmd, [args] {
             nlohmann::json report = read_checked_report(args->report);

@@ -27,6 +27,34 @@ std::string pair_name(const Generation& a, const Generation& b) {
 
 }  // namespace
 
+std::string knob_change_text(const std::vector<Comparison::KnobChange>& changes) {
+  // The names people use for the common knobs; any other knob as key=value.
+  static const std::vector<std::pair<std::string, std::string>> kShort{
+      {"parallel.tp", "TP"},
+      {"sequence_parallel.enabled", "SP"},
+      {"cudagraph.mode", "graph"},
+      {"prefix_caching.enabled", "prefix"},
+      {"chunked_prefill.max_tokens", "chunked"}};
+  auto one = [](const std::string& key, std::string value) {
+    if (value == "true") value = "on";
+    if (value == "false") value = "off";
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') {
+      value = value.substr(1, value.size() - 2);
+    }
+    for (const auto& [dotted, name] : kShort) {
+      if (dotted == key) return name + "=" + value;
+    }
+    return key + "=" + value;
+  };
+  if (changes.empty()) return "same knobs as the reference";
+  std::string mine, theirs;
+  for (const auto& k : changes) {
+    mine += (mine.empty() ? "" : ", ") + one(k.key, k.value);
+    theirs += (theirs.empty() ? "" : ", ") + one(k.key, k.reference_value);
+  }
+  return mine + " vs " + theirs;
+}
+
 uint64_t ulp_distance(float a, float b) {
   const auto bits_a = std::bit_cast<uint32_t>(a);
   const auto bits_b = std::bit_cast<uint32_t>(b);
@@ -42,8 +70,8 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
                    size_t max_divergences) {
   const auto& kinds = comparison_kinds();
   if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
-    throw std::invalid_argument("compare: kind must be batch, repeat, fresh or cache, not \"" +
-                                kind + "\"");
+    throw std::invalid_argument(
+        "compare: kind must be batch, repeat, fresh, cache or config, not \"" + kind + "\"");
   }
   if (a.sequences.size() != b.sequences.size()) {
     throw InputError(pair_name(a, b), "/sequences",
@@ -111,9 +139,10 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
 }
 
 std::string summarize(const Comparison& c) {
-  std::string s =
-      fmt::format("{}/{} logprobs differ, {}/{} greedy sequences changed", c.logprobs_differ,
-                  c.logprobs_compared, c.sequences_diverged, c.sequences_compared);
+  std::string s;
+  if (c.kind == "config") s = knob_change_text(c.knob_changes) + ": ";
+  s += fmt::format("{}/{} logprobs differ, {}/{} greedy sequences changed", c.logprobs_differ,
+                   c.logprobs_compared, c.sequences_diverged, c.sequences_compared);
   if (c.identical()) return s;
   s += fmt::format(", max |Δ| {:.3g}", c.max_abs_delta);
   if (c.max_ulp == std::numeric_limits<uint64_t>::max()) {
@@ -129,16 +158,20 @@ Verdict decide_verdict(const std::vector<Comparison>& comparisons) {
     throw std::invalid_argument("decide_verdict: no comparisons; a plan must compare something");
   }
   bool batch_differs = false;
+  bool config_differs = false;
   for (const Comparison& c : comparisons) {
     if (c.identical()) continue;
     if (c.kind == "repeat" || c.kind == "fresh") return Verdict::nondeterministic;
     if (c.kind == "batch" || c.kind == "cache") {
       batch_differs = true;
+    } else if (c.kind == "config") {
+      config_differs = true;
     } else {
       throw std::invalid_argument("decide_verdict: unknown comparison kind \"" + c.kind + "\"");
     }
   }
-  return batch_differs ? Verdict::batch_variant : Verdict::invariant;
+  if (batch_differs) return Verdict::batch_variant;
+  return config_differs ? Verdict::config_variant : Verdict::invariant;
 }
 
 }  // namespace bih

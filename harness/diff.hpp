@@ -39,7 +39,8 @@ struct Divergence {
 
 struct Comparison {
   // "batch" (bs=1 vs bs=N) | "repeat" (same process) | "fresh" (new process) | "cache" (the batch
-  // cold vs the batch again on a warm prefix cache)
+  // cold vs the batch again on a warm prefix cache) | "config" (a generation vs the same-label
+  // generation of the matrix's reference configuration, harness/config_compare.hpp)
   std::string kind;
   std::string a_label, b_label;
   int64_t tokens_compared = 0;     // positions (prompt, step) compared
@@ -53,13 +54,20 @@ struct Comparison {
   // For each prompt with any difference (token or logprob bits) its first differing step, sorted
   // by (step, prompt), at most `max_divergences` of them.
   std::vector<Divergence> first_divergences;
+  // kind "config" only: the reference configuration's id and the knobs in which this configuration
+  // differs from it, (dotted key, this value, the reference's value) as JSON text.
+  std::string reference_id;
+  struct KnobChange {
+    std::string key, value, reference_value;
+  };
+  std::vector<KnobChange> knob_changes;
 
   bool identical() const { return tokens_differ == 0 && logprobs_differ == 0; }
 };
 
 // The valid comparison kinds.
 inline const std::vector<std::string>& comparison_kinds() {
-  static const std::vector<std::string> kinds{"batch", "repeat", "fresh", "cache"};
+  static const std::vector<std::string> kinds{"batch", "repeat", "fresh", "cache", "config"};
   return kinds;
 }
 
@@ -71,14 +79,21 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
                    size_t max_divergences = 16);
 
 // One line: "1522/1536 logprobs differ, 11/64 greedy sequences changed, max |Δ| 0.031, max 4011
-// ulp". The magnitudes are left out when nothing differs.
+// ulp". The magnitudes are left out when nothing differs. A "config" comparison starts with the
+// knobs that differ from the reference: "TP=4 vs TP=1: 1536/1536 logprobs differ, ...".
 std::string summarize(const Comparison& c);
+
+// "TP=4, SP=on vs TP=1, SP=off": the knobs of a config comparison, this side then the reference's
+// (common knobs by their short names, on/off for booleans, others as dotted.key=value).
+std::string knob_change_text(const std::vector<Comparison::KnobChange>& changes);
 
 // invariant | batch_variant | nondeterministic from the comparisons alone: nondeterministic if any
 // "repeat" or "fresh" comparison differs (run to run beats batch size: a batch difference means
 // nothing when the same batch cannot reproduce itself); else batch_variant if any "batch"
 // comparison differs, or a "cache" one (a prefix-cache hit moved the bits: the output depends on
 // what other requests ran before, which is batch dependence, not run-to-run noise); else
+// config_variant if any "config" comparison differs (a configuration's own variance is reported
+// first: against a reference it cannot reproduce itself, a config difference means little); else
 // invariant. error and unsupported come from the driver, not from here.
 // An empty list throws std::invalid_argument: a plan with nothing to compare proves nothing.
 Verdict decide_verdict(const std::vector<Comparison>& comparisons);

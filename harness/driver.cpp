@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "base/utf8.hpp"
 #include "engines/bih_engine.hpp"
 #include "engines/registry.hpp"
+#include "harness/config_compare.hpp"
 #include "harness/dry_run.hpp"
 #include "harness/environment.hpp"
 #include "harness/generation.hpp"
@@ -122,6 +124,13 @@ std::optional<ScenarioOutcome> finished_outcome(const Scenario& s, const std::st
       report.at("verdict") == "error") {
     return std::nullopt;
   }
+  // A configuration is compared against its reference: a report made against another reference
+  // (or none) is not this run's result.
+  const std::string reference_id = s.config_reference ? s.config_reference->id() : "";
+  const nlohmann::json stored_reference = report.value("config_reference", nlohmann::json());
+  if ((stored_reference.is_object() ? stored_reference.value("id", "") : "") != reference_id) {
+    return std::nullopt;
+  }
   ScenarioOutcome o;
   o.id = s.id();
   o.expect = s.expect;
@@ -154,7 +163,8 @@ void parse_shard(const std::string& text, int& index, int& count) {
 }
 
 ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options,
-                             const std::function<void(const std::string&)>& progress) {
+                             const std::function<void(const std::string&)>& progress,
+                             const ConfigRun& config) {
   const auto start = std::chrono::steady_clock::now();
   ScenarioOutcome outcome;
   outcome.id = scenario.id();
@@ -190,12 +200,18 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     report.reason = outcome.reason;
     report.comparisons = outcome.comparisons;
     report.wall_s = outcome.wall_s;
-    outcome.report_path = (fs::path(options.out_dir) / report_file_name(outcome.id)).string();
-    // Outside text is repaired where it enters; should any slip through, a replaced character
-    // in this one report beats losing it and every scenario after it (type_error.316).
-    write_file_atomically(
-        outcome.report_path,
-        make_report(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    if (scenario.config_reference) {
+      report.config_reference = {{"id", scenario.config_reference->id()},
+                                 {"scenario", scenario.config_reference->to_json()}};
+    }
+    if (config.write_report) {
+      outcome.report_path = (fs::path(options.out_dir) / report_file_name(outcome.id)).string();
+      // Outside text is repaired where it enters; should any slip through, a replaced character
+      // in this one report beats losing it and every scenario after it (type_error.316).
+      write_file_atomically(
+          outcome.report_path,
+          make_report(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    }
     // A scenario that did not come out as expected keeps its work folder (the adapter's log, the
     // worker's stderr, the dumps): that is where its failure is explained.
     const Expected expected{scenario.expect.value_or(kDefaultExpectation),
@@ -287,8 +303,8 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   throw_if_interrupted();
 
   std::string unhealthy;
+  std::map<std::string, Generation> gens;
   try {
-    std::map<std::string, Generation> gens;
     for (const auto* list : {&plan.in_process, &plan.fresh}) {
       for (const GenerationSpec& spec : *list) {
         gens[spec.label] = read_generation(work / generation_file_name(spec.label));
@@ -340,9 +356,30 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     return finish(Verdict::error, std::string("reading the worker's output failed: ") + e.what());
   }
   if (!unhealthy.empty()) return finish(Verdict::error, unhealthy);
+  if (needs_config_reference(scenario)) {
+    const ReferenceRun* ref = config.reference;
+    if (!ref) throw std::logic_error("run_scenario: a configuration without its reference's run");
+    if (ref->verdict == Verdict::error || ref->verdict == Verdict::unsupported) {
+      return finish(ref->verdict,
+                    "its reference configuration " + ref->id + " ended in " +
+                        to_string(ref->verdict) +
+                        ", so nothing to compare against: " + first_line(ref->reason));
+    }
+    try {
+      for (Comparison& c : compare_with_reference(scenario, plan, gens, *ref,
+                                                  static_cast<size_t>(options.max_divergences))) {
+        outcome.comparisons.push_back(std::move(c));
+      }
+    } catch (const std::exception& e) {
+      return finish(Verdict::error,
+                    std::string("comparing with the reference failed: ") + e.what());
+    }
+  }
+  if (config.keep_generations) outcome.generations = gens;
   ScenarioOutcome done = finish(decide_verdict(outcome.comparisons), "");
-  const bool variant =
-      done.verdict == Verdict::batch_variant || done.verdict == Verdict::nondeterministic;
+  const bool variant = done.verdict == Verdict::batch_variant ||
+                       done.verdict == Verdict::nondeterministic ||
+                       done.verdict == Verdict::config_variant;
   if (scenario.localize && variant && !scenario.engine.is_bih()) {
     done.localization = "not localized: engine " + scenario.engine.name +
                         " is not traceable (bih explain traces bih's own engine only)\n";
@@ -415,6 +452,38 @@ int run_command(const RunOptions& options) {
 
   install_interrupt_handlers();
   const bool tty = isatty(STDERR_FILENO);
+  // Config comparisons: each reference runs once per `bih run`, before the first configuration
+  // that needs it, and its generations stay in memory for the others. A reference that is one of
+  // this shard's scenarios runs as that scenario (with its report, and is not run again at its
+  // turn); one that is not (another shard's, outside the matrix, or resumed) runs for its
+  // generations only and writes no report.
+  std::map<std::string, ReferenceRun> reference_runs;
+  std::map<std::string, ScenarioOutcome>
+      ran_early;  // references of this shard run before their turn
+  auto keep_reference = [&](const std::string& id, const ScenarioOutcome& o) {
+    reference_runs[id] = ReferenceRun{id, o.verdict, o.reason, o.generations};
+  };
+  auto reference_for =
+      [&](const Scenario& s,
+          const std::function<void(const std::string&)>& progress) -> const ReferenceRun* {
+    const std::string id = s.config_reference->id();
+    if (auto it = reference_runs.find(id); it != reference_runs.end()) return &it->second;
+    const auto mine = std::find_if(scenarios.begin(), scenarios.end(),
+                                   [&](const Scenario& other) { return other.id() == id; });
+    const bool report_here =
+        mine != scenarios.end() &&
+        !(options.resume && finished_outcome(*mine, options.out_dir, environment));
+    progress("running its reference " + id);
+    ScenarioOutcome o = run_scenario(
+        report_here ? *mine : *s.config_reference, options, progress,
+        ConfigRun{.reference = nullptr, .write_report = report_here, .keep_generations = true});
+    std::fprintf(stderr, "%s    reference %s -> %s (%.1f s%s)\n", tty ? "\r\033[K" : "", id.c_str(),
+                 to_string(o.verdict).c_str(), o.wall_s,
+                 report_here ? "" : "; run for its generations, no report of its own here");
+    keep_reference(id, o);
+    if (report_here) ran_early[id] = std::move(o);
+    return &reference_runs.at(id);
+  };
   const auto run_start = std::chrono::steady_clock::now();
   std::vector<TableRow> rows;
   int exit_code = 0;
@@ -442,7 +511,18 @@ int run_command(const RunOptions& options) {
     std::optional<ScenarioOutcome> ran;
     try {
       throw_if_interrupted();
-      if (!resumed) ran = run_scenario(s, options, progress);
+      if (!resumed && ran_early.count(s.id())) {
+        ran = std::move(ran_early.at(s.id()));
+        ran_early.erase(s.id());
+      } else if (!resumed) {
+        ConfigRun config;
+        if (needs_config_reference(s)) config.reference = reference_for(s, progress);
+        // A reference keeps its generations for the configurations after it.
+        config.keep_generations = is_config_reference(s) && !reference_runs.count(s.id());
+        ran = run_scenario(s, options, progress, config);
+        if (config.keep_generations) keep_reference(s.id(), *ran);
+        ran->generations.clear();
+      }
     } catch (const Interrupted& stop) {
       const char* name = stop.signal == SIGTERM ? "SIGTERM" : "SIGINT";
       std::fprintf(stderr,
@@ -482,6 +562,7 @@ int run_command(const RunOptions& options) {
       if (kind == "cache" && (row.batch_summary.empty() || differs)) {
         row.batch_summary = "warm vs cold: " + summary;
       }
+      if (kind == "config" && (row.config_summary.empty() || differs)) row.config_summary = summary;
       if ((kind == "repeat" || kind == "fresh") && (row.repeat_summary.empty() || differs)) {
         row.repeat_summary = summary;
         row.repeat_kind = kind;
@@ -489,6 +570,7 @@ int run_command(const RunOptions& options) {
     }
     row.reason = o.reason;
     row.must_run = options.require_all;
+    if (is_config_reference(s)) row.config_summary = "the reference";
     rows.push_back(row);
     if (is_failure(check_expectation(o.verdict, expected_of(row)))) {
       exit_code = std::max(exit_code, o.verdict == Verdict::error ? 3 : 1);

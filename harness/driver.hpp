@@ -7,9 +7,13 @@
 // the run goes on to the next scenario.
 #pragma once
 
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "harness/config_compare.hpp"
 #include "harness/diff.hpp"
 #include "spec/scenario.hpp"
 
@@ -45,12 +49,24 @@ struct ScenarioOutcome {
   bool work_kept = false;    // missed its expectation: OUT/work/<id> stays for a look
   std::string work_dir;
   std::vector<std::pair<std::string, std::string>> resumed_summaries;  // (kind, summary)
+  std::map<std::string, Generation> generations;  // by label, when run_scenario was asked to keep
   bool expectation_met() const { return !expect || *expect == verdict; }
 };
 
-// Runs one scenario end to end and writes its report. `progress` receives phase text.
+// How run_scenario treats a scenario of a matrix with a "compare" block.
+struct ConfigRun {
+  const ReferenceRun* reference = nullptr;  // a configuration's reference, already run
+  bool write_report = true;       // false: a reference run only for its generations (its report
+                                  // is another shard's, or already there under --resume)
+  bool keep_generations = false;  // hand the generations back in the outcome
+};
+
+// Runs one scenario end to end and writes its report. `progress` receives phase text. A
+// configuration with a reference (needs_config_reference) must get the reference's run in
+// `config`; its "config" comparisons join the plan's before the verdict.
 ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options,
-                             const std::function<void(const std::string&)>& progress);
+                             const std::function<void(const std::string&)>& progress,
+                             const ConfigRun& config = {});
 
 // `bih run`: every scenario of every file, the table on stdout. Returns the exit code: 0 when every
 // scenario meets its expectation (invariant where none is given), 1 when a verdict misses it, 3

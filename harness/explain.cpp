@@ -8,6 +8,7 @@
 
 #include "base/errors.hpp"
 #include "engines/bih_engine.hpp"
+#include "harness/config_compare.hpp"
 #include "harness/diff.hpp"
 #include "spec/plan.hpp"
 
@@ -69,12 +70,15 @@ std::string where(const Localization& l) {
   return s + fmt::format(", position {} of prompt {}", l.position, l.prompt);
 }
 
+// `residual_only`: compare only the residual stream (rank -1: full rows, one value per row), as
+// for two TP sizes, whose shards hold different slices of a row and cannot be paired.
 void compare_traces(const std::vector<TraceEntry>& a, const std::vector<TraceEntry>& b,
-                    Localization& l) {
+                    Localization& l, bool residual_only = false) {
   using Key = std::tuple<int, std::string, int, int>;
   std::map<Key, const TraceEntry*> in_b;
   for (const TraceEntry& e : b) in_b[{e.layer, e.op, e.rank, e.position}] = &e;
   for (const TraceEntry& ea : a) {
+    if (residual_only && ea.rank >= 0) continue;
     auto it = in_b.find({ea.layer, ea.op, ea.rank, ea.position});
     if (it == in_b.end()) continue;  // e.g. a padding-only difference in which rank holds a row
     const TraceEntry& eb = *it->second;
@@ -169,6 +173,48 @@ Localization localize(const Scenario& scenario, const std::string& kind, const s
   return l;
 }
 
+Localization localize_config(const Scenario& configuration, const Scenario& reference,
+                             const std::string& a_label, const std::string& b_label, int prompt,
+                             int step) {
+  Scenario sa = reference, sb = configuration;
+  const bool emulated_instead = sa.ranks == RankKind::nccl || sb.ranks == RankKind::nccl;
+  sa.ranks = sb.ranks = RankKind::emulated;
+  Localization l;
+  l.kind = "config";
+  l.a_label = a_label;
+  l.b_label = b_label;
+  l.prompt = prompt;
+  l.step = step;
+  const Context ca = parse_label(strip_reference_prefix(a_label)), cb = parse_label(b_label);
+  auto weights_of = [](const Scenario& s) {
+    return resolved_backend(s) == Backend::cpu ? build_model(s) : nullptr;
+  };
+  std::vector<TraceEntry> ta =
+      std::move(trace_runs(sa, weights_of(sa), ca.batch_size, prompt, step, 1)[0]);
+  std::vector<TraceEntry> tb =
+      std::move(trace_runs(sb, weights_of(sb), cb.batch_size, prompt, step, 1)[0]);
+  if (ta.empty() || tb.empty()) {
+    throw InputError(fmt::format("prompt {} never produced token {} in the re-run", prompt, step));
+  }
+  const bool residual_only = sa.tp != sb.tp;
+  compare_traces(ta, tb, l, residual_only);
+  l.summary = summarize_localization(l);
+  if (residual_only) {
+    l.summary += fmt::format(
+        " (TP={} vs TP={}: only the residual stream, full rows every TP size has, is compared; "
+        "rank shards hold different slices of a row and cannot be paired, so the op named is the "
+        "first residual-stream op whose bits moved, and the sharded ops before it are where to "
+        "look)",
+        sa.tp, sb.tp);
+  }
+  if (emulated_instead) {
+    l.summary +=
+        " (re-run with emulated ranks of the same order models: capture needs every rank in "
+        "one process)";
+  }
+  return l;
+}
+
 Localization explain_report(const nlohmann::json& report, const std::optional<std::string>& kind) {
   const Scenario s = scenario_from_json(report.at("scenario"), "report " + report.value("id", ""));
   if (!s.engine.is_bih()) {
@@ -195,8 +241,9 @@ Localization explain_report(const nlohmann::json& report, const std::optional<st
     }
     // nondeterministic rests on repeat/fresh; batch_variant on batch, else on cache (warm vs
     // cold), taken below when no batch comparison differs.
-    const bool wanted =
-        verdict == "nondeterministic" ? (k == "repeat" || k == "fresh") : k == "batch";
+    const bool wanted = verdict == "nondeterministic" ? (k == "repeat" || k == "fresh")
+                        : verdict == "config_variant" ? k == "config"
+                                                      : k == "batch";
     if (wanted && differs) {
       chosen = &c;
       break;
@@ -212,6 +259,17 @@ Localization explain_report(const nlohmann::json& report, const std::optional<st
   if (!chosen->at("first_divergences").empty()) {
     prompt = chosen->at("first_divergences")[0].at("prompt");
     step = chosen->at("first_divergences")[0].at("step");
+  }
+  if (chosen->at("kind") == "config") {
+    const nlohmann::json reference = report.value("config_reference", nlohmann::json());
+    if (!reference.is_object() || !reference.contains("scenario")) {
+      throw InputError("report " + report.value("id", ""), "/config_reference",
+                       "a config comparison without its reference's scenario; valid: a report "
+                       "written by bih run from a matrix with a compare block");
+    }
+    const Scenario r = scenario_from_json(reference.at("scenario"),
+                                          "report " + report.value("id", "") + " (reference)");
+    return localize_config(s, r, chosen->at("a"), chosen->at("b"), prompt, step);
   }
   return localize(s, chosen->at("kind"), chosen->at("a"), chosen->at("b"), prompt, step);
 }

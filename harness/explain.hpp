@@ -18,7 +18,7 @@ namespace bih {
 
 struct Localization {
   bool diverged = false;  // the re-run's traces differ somewhere
-  std::string kind;       // the comparison: "batch", "repeat", "fresh", "cache"
+  std::string kind;       // the comparison: "batch", "repeat", "fresh", "cache", "config"
   std::string a_label, b_label;
   int prompt = 0;
   int step = 0;
@@ -42,10 +42,17 @@ struct Localization {
 Localization localize(const Scenario& scenario, const std::string& kind, const std::string& a_label,
                       const std::string& b_label, int prompt, int step);
 
+// A "config" comparison: re-runs `prompt`'s token `step` under the reference (a_label
+// "reference:bs=N") and under the configuration (b_label "bs=N") and compares their traces; when
+// their TP sizes differ only the residual stream (full rows) is compared, and the summary says so.
+Localization localize_config(const Scenario& configuration, const Scenario& reference,
+                             const std::string& a_label, const std::string& b_label, int prompt,
+                             int step);
+
 // Picks the comparison to explain (the given kind, else the one the verdict rests on: repeat or
-// fresh for nondeterministic, batch otherwise) and its first divergence, or prompt 0 step 0 of the
-// batch comparison when nothing diverged (then the re-run confirms no op differs), and localizes
-// it.
+// fresh for nondeterministic, config for config_variant, batch otherwise) and its first divergence,
+// or prompt 0 step 0 of the batch comparison when nothing diverged (then the re-run confirms no op
+// differs), and localizes it.
 Localization explain_report(const nlohmann::json& report, const std::optional<std::string>& kind);
 
 nlohmann::json to_json(const Localization& l);

@@ -91,6 +91,7 @@ std::string first_reason_line(const nlohmann::json& report) {
 
 std::string verdict_evidence(const nlohmann::json& report) {
   const bool want_repeat = report.value("verdict", "") == "nondeterministic";
+  const bool want_config = report.value("verdict", "") == "config_variant";
   const nlohmann::json* shown = nullptr;
   int shown_rank = -1;  // 2: differs and is the wanted kind, 1: differs, 0: identical
   // read_report checks only that "comparisons" is an array: a field of the wrong type reads as
@@ -102,7 +103,10 @@ std::string verdict_evidence(const nlohmann::json& report) {
   for (const auto& c : report.at("comparisons")) {
     const bool differs = c.is_object() && c.contains("identical") && c["identical"].is_boolean() &&
                          !c["identical"].get<bool>();
-    const bool wanted_kind = !want_repeat || text(c, "kind", "") != "batch";
+    const std::string kind = text(c, "kind", "");
+    const bool wanted_kind = want_config   ? kind == "config"
+                             : want_repeat ? (kind == "repeat" || kind == "fresh")
+                                           : kind != "config";
     const int rank = differs ? (wanted_kind ? 2 : 1) : 0;
     if (rank > shown_rank) shown = &c, shown_rank = rank;
   }

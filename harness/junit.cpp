@@ -116,6 +116,11 @@ std::string failure_text(const GateCase& c) {
           number_or(cmp, "logprobs_differ"), number_or(cmp, "logprobs_compared"),
           number_or(cmp, "sequences_diverged"), number_or(cmp, "sequences_compared"),
           number_or(cmp, "max_abs_delta"), number_or(cmp, "max_ulp"));
+      if (cmp.value("kind", "") == "config" && cmp.contains("reference") &&
+          cmp["reference"].is_string()) {
+        text +=
+            "  against the reference configuration " + cmp["reference"].get<std::string>() + "\n";
+      }
       const auto divergences = cmp.value("first_divergences", nlohmann::json::array());
       int shown = 0;
       for (const auto& d : divergences) {

@@ -25,6 +25,7 @@ table.env td:first-child { font-weight: 600; }
 .v-invariant { background-color: rgb(166, 219, 160); color: #0b3d14; }
 .v-batch_variant { background-color: rgb(244, 162, 97); color: #4a1f00; }
 .v-nondeterministic { background-color: rgb(195, 166, 224); color: #2e0f4d; }
+.v-config_variant { background-color: rgb(233, 150, 200); color: #4d0f33; }
 .v-error { background-color: rgb(139, 0, 0); color: #ffffff; }
 .v-unsupported { background-color: rgb(208, 208, 208); color: #333333; }
 .no-report { color: #888; }
@@ -210,7 +211,8 @@ std::string render_html(const MatrixView& view) {
     out += "</ul>\n";
   }
   out += "<p class=\"legend\">";
-  for (const char* v : {"invariant", "batch_variant", "nondeterministic", "error", "unsupported"}) {
+  for (const char* v : {"invariant", "batch_variant", "nondeterministic", "config_variant", "error",
+                        "unsupported"}) {
     out += "<span class=\"" + verdict_class(v) + "\">" + v + "</span>";
   }
   out +=
@@ -234,6 +236,20 @@ std::string render_html(const MatrixView& view) {
         out += "</td>";
       }
       out += "</tr>\n";
+    }
+    out += "</tbody></table></section>\n";
+  }
+  if (!view.config_rows.empty()) {
+    out +=
+        "<section id=\"config-comparisons\"><h2>Against the reference</h2><table "
+        "class=\"matrix\"><thead><tr><th>configuration</th><th>differs in</th><th>verdict</th>"
+        "<th>counts</th></tr></thead><tbody>\n";
+    for (const ConfigRow& r : view.config_rows) {
+      std::string counts;
+      for (const auto& c : r.counts) counts += (counts.empty() ? "" : "<br>") + escape_html(c);
+      out += "<tr><td><code>" + escape_html(r.id) + "</code></td><td>" + escape_html(r.knobs) +
+             "</td><td class=\"" + verdict_class(r.verdict) + "\">" + escape_html(r.verdict) +
+             "</td><td>" + (counts.empty() ? std::string("—") : counts) + "</td></tr>\n";
     }
     out += "</tbody></table></section>\n";
   }

@@ -68,7 +68,17 @@ json render_json(const MatrixView& view) {
                       {"columns", cols},
                       {"cells", cells}});
   }
+  json config_rows = json::array();
+  for (const ConfigRow& r : view.config_rows) {
+    config_rows.push_back({{"id", r.id},
+                           {"reference", r.reference_id},
+                           {"is_reference", r.is_reference},
+                           {"differs_in", r.knobs},
+                           {"verdict", r.verdict},
+                           {"counts", r.counts}});
+  }
   return {{"schema", "bih.matrix/1"},
+          {"config_comparisons", config_rows},
           {"title", view.title},
           {"axes",
            {{"rows", view.options.rows},

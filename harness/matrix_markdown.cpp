@@ -10,8 +10,8 @@ namespace {
 // Colour squares next to the verdict word: colour helps, the word carries the meaning.
 std::string verdict_square(const std::string& verdict) {
   static const std::map<std::string, std::string> squares{
-      {"invariant", "🟩"}, {"batch_variant", "🟧"}, {"nondeterministic", "🟪"},
-      {"error", "🟥"},     {"unsupported", "⬜"},
+      {"invariant", "🟩"},      {"batch_variant", "🟧"}, {"nondeterministic", "🟪"},
+      {"config_variant", "🟫"}, {"error", "🟥"},         {"unsupported", "⬜"},
   };
   const auto it = squares.find(verdict);
   return it == squares.end() ? "?" : it->second;
@@ -136,8 +136,9 @@ std::string render_markdown(const MatrixView& view) {
     out += "\n";
   }
   out +=
-      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · 🟥 error · ⬜ "
-      "unsupported. Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
+      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · "
+      "🟫 config_variant · 🟥 error · ⬜ unsupported. "
+      "Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
       "(\"run to run\": the same batch twice). Each cell links to its details.\n\n";
 
   auto axis_header = [](const std::vector<std::string>& keys) {
@@ -166,6 +167,20 @@ std::string render_markdown(const MatrixView& view) {
         out += " " + (cell.empty() ? std::string("—") : cell) + " |";
       }
       out += "\n";
+    }
+    out += "\n";
+  }
+
+  if (!view.config_rows.empty()) {
+    out +=
+        "## Against the reference\n\n| configuration | differs in | verdict | counts |\n"
+        "| --- | --- | --- | --- |\n";
+    for (const ConfigRow& r : view.config_rows) {
+      std::string counts;
+      for (const auto& c : r.counts) counts += (counts.empty() ? "" : "<br>") + escape_markdown(c);
+      out += "| [" + code(r.id) + "](#" + r.anchor + ") | " + escape_markdown(r.knobs) + " | " +
+             verdict_square(r.verdict) + " " + r.verdict + " | " +
+             (counts.empty() ? std::string("—") : counts) + " |\n";
     }
     out += "\n";
   }

@@ -173,7 +173,14 @@ const ComparisonView* headline_comparison(const CellEntry& e) {
   if (e.comparisons.empty()) return nullptr;
   if (e.verdict == "nondeterministic") {
     for (const auto& c : e.comparisons) {
-      if (c.kind != "batch" && c.logprobs_differ + c.tokens_differ > 0) return &c;
+      if ((c.kind == "repeat" || c.kind == "fresh") && c.logprobs_differ + c.tokens_differ > 0) {
+        return &c;
+      }
+    }
+  }
+  if (e.verdict == "config_variant") {
+    for (const auto& c : e.comparisons) {
+      if (c.kind == "config" && c.logprobs_differ + c.tokens_differ > 0) return &c;
     }
   }
   for (const auto& c : e.comparisons) {
@@ -211,7 +218,10 @@ CellEntry entry_of(const json& report, const std::string& path) {
     e.counts = first_line(e.reason.empty() ? e.verdict : e.reason, 80);
   } else if (const ComparisonView* c = headline_comparison(e)) {
     e.counts = std::to_string(c->logprobs_differ) + "/" + std::to_string(c->logprobs_compared) +
-               " logprobs" + (c->kind == "batch" ? "" : ", run to run");
+               " logprobs" +
+               (c->kind == "batch"    ? ""
+                : c->kind == "config" ? ", vs the reference"
+                                      : ", run to run");
   }
   return e;
 }
@@ -300,6 +310,38 @@ std::string axis_value_text(const json& value) {
   return value.dump();
 }
 
+namespace {
+
+std::vector<ConfigRow> config_rows_of(const ReportSet& set) {
+  std::vector<ConfigRow> rows;
+  for (const json& report : set.reports) {
+    if (!report.contains("config_reference") || !report["config_reference"].is_object()) continue;
+    ConfigRow row;
+    row.id = report.at("id");
+    row.anchor = anchor_of(row.id);
+    row.verdict = report.at("verdict");
+    row.reference_id = report["config_reference"].value("id", "");
+    row.is_reference = row.reference_id == row.id;
+    if (row.is_reference) row.knobs = "the reference";
+    for (const json& c : report.at("comparisons")) {
+      if (!c.is_object() || c.value("kind", "") != "config") continue;
+      const std::string summary = c.value("summary", "");
+      const auto colon = summary.find(": ");
+      if (row.knobs.empty() && colon != std::string::npos) row.knobs = summary.substr(0, colon);
+      row.counts.push_back(c.value("b", "") + ": " +
+                           (colon == std::string::npos ? summary : summary.substr(colon + 2)));
+    }
+    if (row.counts.empty() && !row.is_reference && report.contains("reason") &&
+        report["reason"].is_string()) {
+      row.counts.push_back(first_line(report["reason"].get<std::string>(), 80));
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace
+
 MatrixView build_matrix_view(const ReportSet& set, const MatrixOptions& options) {
   check_matrix_axes(options);
   MatrixView view;
@@ -309,6 +351,7 @@ MatrixView build_matrix_view(const ReportSet& set, const MatrixOptions& options)
   view.missing_ids = set.missing_ids;
   view.duplicate_ids = set.duplicate_ids;
   view.report_count = static_cast<int>(set.reports.size());
+  view.config_rows = config_rows_of(set);
 
   if (!set.reports.empty()) {
     const json& env = set.reports.front().at("environment");

@@ -43,7 +43,7 @@ struct HeatMap {
 };
 
 struct ComparisonView {
-  std::string kind;  // batch | repeat | fresh
+  std::string kind;  // batch | repeat | fresh | cache | config
   std::string a, b;  // generation labels
   std::string summary;
   int64_t logprobs_differ = 0, logprobs_compared = 0;
@@ -91,6 +91,20 @@ struct MatrixTable {
   std::vector<std::vector<MatrixCell>> cells;  // [row][col]
 };
 
+// One configuration of a matrix with a "compare" block, against its reference (the
+// configuration-vs-reference view of docs/config-comparison.md).
+struct ConfigRow {
+  std::string id;
+  std::string reference_id;
+  std::string knobs;    // "TP=4 vs TP=1"; "the reference" for the reference itself
+  std::string verdict;  // the configuration's own verdict
+  std::string anchor;   // its entry in the details
+  // summarize() of each config comparison, "bs=1: ..." and "bs=64: ..."; empty for the reference
+  // and for a configuration that ended in error or unsupported (its reason's first line instead)
+  std::vector<std::string> counts;
+  bool is_reference = false;
+};
+
 struct MatrixView {
   std::string title;
   MatrixOptions options;
@@ -105,6 +119,8 @@ struct MatrixView {
   std::map<std::string, int> verdict_totals;
   int report_count = 0;
   std::vector<MatrixTable> tables;
+  // Reports that carry config_reference, in report order; empty when none does.
+  std::vector<ConfigRow> config_rows;
 };
 
 // The short name a dotted key has in canonical ids and labels ("parallel.tp" -> "tp",

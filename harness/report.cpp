@@ -76,20 +76,32 @@ GenerationTiming timing_of(const Generation& g) {
 nlohmann::json to_json(const Comparison& c) {
   json divergences = json::array();
   for (const Divergence& d : c.first_divergences) divergences.push_back(to_json(d));
-  return {{"kind", c.kind},
-          {"a", c.a_label},
-          {"b", c.b_label},
-          {"identical", c.identical()},
-          {"summary", summarize(c)},
-          {"tokens_compared", c.tokens_compared},
-          {"tokens_differ", c.tokens_differ},
-          {"logprobs_compared", c.logprobs_compared},
-          {"logprobs_differ", c.logprobs_differ},
-          {"sequences_compared", c.sequences_compared},
-          {"sequences_diverged", c.sequences_diverged},
-          {"max_abs_delta", finite_or_null(c.max_abs_delta)},
-          {"max_ulp", ulp_or_null(c.max_ulp)},
-          {"first_divergences", std::move(divergences)}};
+  json out = {{"kind", c.kind},
+              {"a", c.a_label},
+              {"b", c.b_label},
+              {"identical", c.identical()},
+              {"summary", summarize(c)},
+              {"tokens_compared", c.tokens_compared},
+              {"tokens_differ", c.tokens_differ},
+              {"logprobs_compared", c.logprobs_compared},
+              {"logprobs_differ", c.logprobs_differ},
+              {"sequences_compared", c.sequences_compared},
+              {"sequences_diverged", c.sequences_diverged},
+              {"max_abs_delta", finite_or_null(c.max_abs_delta)},
+              {"max_ulp", ulp_or_null(c.max_ulp)},
+              {"first_divergences", std::move(divergences)}};
+  // A config comparison says against what: the reference's id and the knobs that differ.
+  if (c.kind == "config") {
+    out["reference"] = c.reference_id;
+    json knobs = json::array();
+    for (const auto& k : c.knob_changes) {
+      knobs.push_back({{"key", k.key},
+                       {"value", json::parse(k.value)},
+                       {"reference_value", json::parse(k.reference_value)}});
+    }
+    out["knobs"] = std::move(knobs);
+  }
+  return out;
 }
 
 std::string utc_now_iso8601() {
@@ -132,6 +144,7 @@ nlohmann::json make_report(const ReportInput& in) {
                  {"created_at", in.created_at.empty() ? utc_now_iso8601() : in.created_at}};
   if (in.engine.is_object()) report["engine"] = in.engine;
   if (in.health.is_object()) report["health"] = in.health;
+  if (in.config_reference.is_object()) report["config_reference"] = in.config_reference;
   return report;
 }
 
@@ -161,7 +174,8 @@ nlohmann::json read_report(const std::string& path) {
   if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
     throw InputError(path, "/id", "expected the scenario id, a non-empty string");
   }
-  const char* kVerdicts = "invariant, batch_variant, nondeterministic, error or unsupported";
+  const char* kVerdicts =
+      "invariant, batch_variant, nondeterministic, config_variant, error or unsupported";
   if (!j.contains("verdict") || !j["verdict"].is_string() ||
       !parse_verdict(j["verdict"].get<std::string>())) {
     throw InputError(path, "/verdict", std::string("expected one of ") + kVerdicts);

@@ -48,6 +48,9 @@ struct ReportInput {
   double wall_s = 0;           // the whole scenario, launch to verdict
   nlohmann::json environment;  // collect_environment()
   std::string created_at;      // UTC ISO-8601; empty: now
+  // A configuration of a matrix with a "compare" block: {"id", "scenario"} of its reference
+  // configuration (the report key "config_reference"); null otherwise, and the key is left out.
+  nlohmann::json config_reference;
 };
 
 // The comparison as a report stores it: every count, the summary line, and first divergences
@@ -57,7 +60,7 @@ nlohmann::json to_json(const Comparison& c);
 
 // The full report. Keys: schema, id, scenario, environment, model, generations, comparisons,
 // verdict, reason (null when empty), expect and expect_met (null without an expectation),
-// wall_s, created_at.
+// wall_s, created_at; config_reference for a configuration compared against a reference.
 nlohmann::json make_report(const ReportInput& in);
 
 // "2025-01-31T12:34:56Z" for the current time.

@@ -71,7 +71,7 @@ Verdict derive_verdict(const nlohmann::json& report, const std::string& path) {
     if (!c.contains("kind") || !c["kind"].is_string() ||
         std::find(kinds.begin(), kinds.end(), c["kind"].get<std::string>()) == kinds.end()) {
       throw InputError(path, pointer + "/kind",
-                       "expected one of batch, repeat, fresh, cache, found " +
+                       "expected one of batch, repeat, fresh, cache, config, found " +
                            (c.contains("kind") ? c["kind"].dump() : std::string("nothing")));
     }
     cmp.kind = c["kind"].get<std::string>();
@@ -109,8 +109,9 @@ void check_report_verdict(const nlohmann::json& report, const std::string& path)
                    "the report says \"" + stored + "\" but its own comparisons give \"" +
                        to_string(derived) +
                        "\" (decide_verdict: a differing repeat/fresh comparison makes "
-                       "nondeterministic, else a differing batch/cache one batch_variant, else "
-                       "invariant; an unhealthy output is error); refusing a report that "
+                       "nondeterministic, else a differing batch/cache one batch_variant, else a "
+                       "differing config one config_variant, else invariant; an unhealthy output "
+                       "is error); refusing a report that "
                        "contradicts itself: run the scenario again");
 }
 

@@ -13,9 +13,9 @@
 namespace bih {
 namespace {
 
-constexpr std::array<Verdict, 5> kAllVerdicts{Verdict::invariant, Verdict::batch_variant,
-                                              Verdict::nondeterministic, Verdict::error,
-                                              Verdict::unsupported};
+constexpr std::array<Verdict, 6> kAllVerdicts{
+    Verdict::invariant,      Verdict::batch_variant, Verdict::nondeterministic,
+    Verdict::config_variant, Verdict::error,         Verdict::unsupported};
 
 // Terminal columns a string takes: one per code point (no wide characters appear in our cells),
 // so UTF-8 continuation bytes do not count.
@@ -38,6 +38,8 @@ const char* ansi_color(Verdict v) {
       return "\x1b[33m";  // yellow
     case Verdict::nondeterministic:
       return "\x1b[31m";  // red
+    case Verdict::config_variant:
+      return "\x1b[35m";  // magenta
     case Verdict::error:
       return "\x1b[1;31m";  // bold red
     case Verdict::unsupported:
@@ -63,14 +65,20 @@ bool should_use_color(int fd) {
 }
 
 std::string render_table(const std::vector<TableRow>& rows, bool color) {
-  enum Column { kMark, kId, kVerdict, kExpect, kBatch, kRepeat, kWall, kColumns };
+  enum Column { kMark, kId, kVerdict, kExpect, kBatch, kRepeat, kConfig, kWall, kColumns };
   const std::array<std::string, kColumns> header{"",
                                                  "scenario",
                                                  "verdict",
                                                  "expect",
                                                  "batch (bs=1 vs bs=N)",
                                                  "repeat or fresh (new process)",
+                                                 "vs reference",
                                                  "wall"};
+  // The vs-reference column and the config_variant count only where a matrix compares
+  // configurations: other tables stay as they were.
+  const bool any_config = std::any_of(rows.begin(), rows.end(), [](const TableRow& r) {
+    return !r.config_summary.empty() || r.verdict == Verdict::config_variant;
+  });
   std::vector<std::array<std::string, kColumns>> cells;
   std::map<Verdict, int> totals;
   int unmet = 0;
@@ -89,6 +97,7 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
     if (!r.repeat_summary.empty() && !r.repeat_kind.empty()) repeat = r.repeat_kind + ": " + repeat;
     cells.push_back({mark, r.id, to_string(r.verdict), r.expect ? to_string(*r.expect) : "-",
                      r.batch_summary.empty() ? "-" : r.batch_summary, repeat,
+                     r.config_summary.empty() ? "-" : r.config_summary,
                      fmt::format("{:.1f}s", r.wall_s)});
   }
   std::array<size_t, kColumns> widths{};
@@ -99,6 +108,7 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
   auto line = [&](const std::array<std::string, kColumns>& row, const Verdict* verdict) {
     std::string out;
     for (int c = 0; c < kColumns; ++c) {
+      if (c == kConfig && !any_config) continue;
       // The last column is not padded (no trailing blanks); wall times are right-aligned.
       std::string cell = c == kWall ? std::string(widths[c] - display_width(row[c]), ' ') + row[c]
                                     : pad(row[c], widths[c]);
@@ -115,6 +125,7 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
 
   std::string summary = fmt::format("{} scenario{}:", rows.size(), rows.size() == 1 ? "" : "s");
   for (size_t i = 0; i < kAllVerdicts.size(); ++i) {
+    if (kAllVerdicts[i] == Verdict::config_variant && !any_config) continue;
     summary +=
         fmt::format("{} {} {}", i ? "," : "", totals[kAllVerdicts[i]], to_string(kAllVerdicts[i]));
   }

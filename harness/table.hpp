@@ -22,6 +22,9 @@ struct TableRow {
   std::string repeat_kind;
   std::string reason;     // why error/unsupported; the summary names what could not run
   bool must_run = false;  // bih run --require-all: unsupported fails instead of unchecked
+  // A matrix with a "compare" block: summarize() of the config comparison that differs (else the
+  // first), or "the reference" for the reference itself; empty: not compared.
+  std::string config_summary;
 };
 
 // The expectation a run row is judged by: its `expect` (declared), else the default invariant.
@@ -34,9 +37,10 @@ bool should_use_color(int fd);
 // Aligned columns: a mark from check_expectation ('✗' missed or required but unchecked, '✓' met
 // a declared expect, '○' unchecked here, blank for an undeclared invariant), scenario id, verdict
 // (coloured when `color`), expect, batch and repeat summaries ('-' when empty; a fresh-process
-// comparison says "fresh: "), wall time. The last line counts rows per verdict, the failures of
-// check_expectation ("not as expected") and, when any, the unchecked ones with their reasons.
-// Every line ends with '\n'.
+// comparison says "fresh: "), a "vs reference" column when any row has a config_summary or is
+// config_variant, wall time. The totals count config_variant only in such a table. The last line
+// counts rows per verdict, the failures of check_expectation ("not as expected") and, when any, the
+// unchecked ones with their reasons. Every line ends with '\n'.
 std::string render_table(const std::vector<TableRow>& rows, bool color = false);
 
 }  // namespace bih

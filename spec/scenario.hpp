@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -100,6 +101,12 @@ struct Scenario {
   std::optional<Verdict> expect;
   bool localize = false;  // run `bih explain` on the report when the verdict is not invariant
   std::string fault;      // test-only ("debug.fault"): "", "crash", "abort", "hang", "exit"
+  // A configuration of a matrix file with a "compare" block (docs/config-comparison.md): the
+  // reference configuration its generations are diffed against (itself when it is the reference),
+  // and the dotted keys whose values name a difference (compare.across, then the reference's other
+  // knobs). Null and empty for any other scenario; neither is part of id() or to_json().
+  std::shared_ptr<const Scenario> config_reference;
+  std::vector<std::string> compare_keys;
 
   std::string id() const;
   // The resolved scenario: every key present for engine kind bih; for other kinds only the knobs

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "base/edit_distance.hpp"
@@ -17,7 +20,8 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kMatrixKeys{"$schema", "name", "base", "axes", "cases"};
+const std::vector<std::string> kMatrixKeys{"$schema", "name", "base", "axes", "cases", "compare"};
+const std::vector<std::string> kCompareKeys{"reference", "across"};
 constexpr size_t kMaxExpandedScenarios = 100000;
 
 // One value put into a scenario from outside the base: where it came from, for messages.
@@ -121,6 +125,143 @@ Scenario build(const ordered_json& base, const Point& point, const std::string& 
   }
 }
 
+// A matrix's "compare" block: the reference's knobs (file order) and the keys compared across.
+struct CompareBlock {
+  std::vector<Override> reference;
+  std::vector<std::string> across;
+  std::vector<std::string> keys;  // across, then the reference's other knobs
+};
+
+// Keys that would make the reference run other prompts or another model: its generations could
+// not be compared position by position with the configuration's.
+bool changes_what_is_compared(const std::string& dotted) {
+  for (const char* head : {"plan", "model", "name", "expect", "localize", "timeout_s", "debug"}) {
+    const std::string h = head;
+    if (dotted == h || dotted.rfind(h + ".", 0) == 0) return true;
+  }
+  return false;
+}
+
+CompareBlock parse_compare(const ordered_json& block, const std::string& path,
+                           const std::vector<std::pair<std::string, ordered_json>>& axes,
+                           const std::vector<Point>& cases) {
+  const std::string valid =
+      "valid: {\"reference\": {\"dotted.key\": value, ...}, \"across\": [\"dotted.key\", ...]}";
+  if (!block.is_object()) throw InputError(path, "/compare", "expected an object; " + valid);
+  for (const auto& [key, value] : block.items()) {
+    if (std::find(kCompareKeys.begin(), kCompareKeys.end(), key) != kCompareKeys.end()) continue;
+    std::string what = "unknown compare key '" + key + "'";
+    if (auto near = nearest_key(key, kCompareKeys)) what += " (did you mean '" + *near + "'?)";
+    throw InputError(path, "/compare/" + json_pointer_token(key),
+                     what + "; valid: keys reference, across");
+  }
+  if (!block.contains("reference") || !block["reference"].is_object() ||
+      block["reference"].empty()) {
+    throw InputError(path, "/compare/reference",
+                     "expected a non-empty object of the reference's knobs; valid: e.g. "
+                     "{\"parallel.tp\": 1, \"sequence_parallel.enabled\": false}");
+  }
+  if (!block.contains("across") || !block["across"].is_array() || block["across"].empty()) {
+    throw InputError(path, "/compare/across",
+                     "expected a non-empty array of dotted keys; valid: e.g. [\"parallel.tp\"]");
+  }
+  std::set<std::string> varying;  // keys an axis or a case sets
+  for (const auto& axis : axes) varying.insert(axis.first);
+  for (const Point& c : cases) {
+    for (const Override& o : c.overrides) varying.insert(o.dotted_key);
+  }
+  CompareBlock out;
+  for (size_t i = 0; i < block["across"].size(); ++i) {
+    const std::string pointer = "/compare/across/" + std::to_string(i);
+    const ordered_json& key = block["across"][i];
+    if (!key.is_string()) {
+      throw InputError(path, pointer, "expected a dotted key; valid: e.g. \"parallel.tp\"");
+    }
+    const std::string dotted = key.get<std::string>();
+    check_dotted_key(dotted, path, pointer);
+    if (changes_what_is_compared(dotted)) {
+      throw InputError(path, pointer,
+                       "'" + dotted +
+                           "' cannot be compared across: the reference must run the same plan "
+                           "(prompts, max_tokens, batch sizes) on the same model; valid: knobs of "
+                           "the configuration, e.g. parallel.tp, kernels, engine.options.threads");
+    }
+    if (std::find(out.across.begin(), out.across.end(), dotted) != out.across.end()) {
+      throw InputError(path, pointer, "'" + dotted + "' is listed twice; valid: each key once");
+    }
+    if (!block["reference"].contains(dotted)) {
+      throw InputError(path, pointer,
+                       "'" + dotted +
+                           "' has no value in compare.reference; valid: give the reference a "
+                           "value for every key it is compared across, e.g. \"reference\": {\"" +
+                           dotted + "\": ...}");
+    }
+    out.across.push_back(dotted);
+  }
+  out.keys = out.across;
+  for (const auto& [dotted, value] : block["reference"].items()) {
+    const std::string pointer = "/compare/reference/" + json_pointer_token(dotted);
+    check_dotted_key(dotted, path, pointer);
+    if (changes_what_is_compared(dotted)) {
+      throw InputError(path, pointer,
+                       "the reference cannot set '" + dotted +
+                           "': it must run the same plan (prompts, max_tokens, batch sizes) on "
+                           "the same model as every configuration; valid: knobs of the "
+                           "configuration, e.g. parallel.tp, kernels, engine.options.threads");
+    }
+    const bool in_across =
+        std::find(out.across.begin(), out.across.end(), dotted) != out.across.end();
+    if (!in_across && varying.count(dotted)) {
+      throw InputError(path, pointer,
+                       "reference knob '" + dotted +
+                           "' varies over the matrix (an axis or a case sets it) but is not in "
+                           "compare.across; valid: add it to across, or drop it from the "
+                           "reference (an axis outside across groups the configurations, each "
+                           "group against its own reference)");
+    }
+    if (!in_across) out.keys.push_back(dotted);
+    out.reference.push_back({dotted, value, path, pointer});
+  }
+  return out;
+}
+
+// Builds the reference of one configuration (the configuration with the reference's knobs
+// applied: axes outside `across` keep their values, so each such group has its own reference),
+// once per distinct id, and checks that the two generate the same things.
+void attach_reference(Scenario& scenario, const ordered_json& base, const Point& point,
+                      const CompareBlock& compare, const std::string& path,
+                      const std::string& base_pointer,
+                      std::map<std::string, std::shared_ptr<const Scenario>>& references) {
+  Point reference_point = point;
+  for (const Override& o : compare.reference) reference_point.overrides.push_back(o);
+  reference_point.label += std::string(reference_point.label.empty() ? "" : ", ") +
+                           "as the reference of compare.reference";
+  Scenario reference = build(base, reference_point, path, base_pointer);
+  const nlohmann::json mine = scenario.to_json(), theirs = reference.to_json();
+  for (const char* key : {"plan", "model"}) {
+    if (mine.value(key, nlohmann::json()) != theirs.value(key, nlohmann::json())) {
+      throw InputError(path, "/compare/reference",
+                       std::string("the reference of [") + point.label + "] runs another " + key +
+                           " than the configuration, so their generations cannot be compared; "
+                           "valid: a reference that changes only configuration knobs");
+    }
+  }
+  if (scenario.engine.kind != reference.engine.kind) {
+    throw InputError(path, "/compare/reference",
+                     "the reference of [" + point.label +
+                         "] uses another engine kind; valid: the same engine for both");
+  }
+  const std::string id = reference.id();
+  auto it = references.find(id);
+  if (it == references.end()) {
+    reference.compare_keys = compare.keys;
+    auto shared = std::make_shared<Scenario>(std::move(reference));
+    it = references.emplace(id, shared).first;
+  }
+  scenario.config_reference = it->second;
+  scenario.compare_keys = compare.keys;
+}
+
 }  // namespace
 
 ScenarioSet load_scenarios(const std::string& path, const std::vector<std::string>& set_overrides) {
@@ -149,7 +290,7 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
       std::string what = "unknown matrix key '" + key + "'";
       if (auto near = nearest_key(key, kMatrixKeys)) what += " (did you mean '" + *near + "'?)";
       throw InputError(path, "/" + json_pointer_token(key),
-                       what + "; valid: keys $schema, name, base, axes, cases");
+                       what + "; valid: keys $schema, name, base, axes, cases, compare");
     }
     if (doc.contains("name")) {
       if (!doc["name"].is_string()) {
@@ -208,6 +349,10 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
     if (cases.empty()) cases.push_back({});
   }
 
+  std::optional<CompareBlock> compare;
+  if (is_matrix && doc.contains("compare"))
+    compare = parse_compare(doc["compare"], path, axes, cases);
+
   size_t points_per_case = 1;
   for (const auto& axis : axes) {
     points_per_case *= axis.second.size();
@@ -218,7 +363,8 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
     }
   }
 
-  std::vector<std::pair<std::string, std::string>> seen;  // id, label
+  std::vector<std::pair<std::string, std::string>> seen;              // id, label
+  std::map<std::string, std::shared_ptr<const Scenario>> references;  // by id: each built once
   for (const Point& c : cases) {
     for (size_t index = 0; index < points_per_case; ++index) {
       Point point = c;
@@ -239,6 +385,8 @@ ScenarioSet load_scenarios(const std::string& path, const std::vector<std::strin
       }
       for (const Override& o : sets) point.overrides.push_back(o);
       Scenario scenario = build(base, point, path, base_pointer);
+      if (compare)
+        attach_reference(scenario, base, point, *compare, path, base_pointer, references);
       const std::string id = scenario.id();
       for (const auto& [other_id, other_label] : seen) {
         if (other_id != id) continue;

@@ -1,7 +1,8 @@
 // scenario_file.hpp: from a scenario or matrix file on disk to the list of scenarios to run.
 //
 // A file holds either one scenario object, or a matrix: {"name", "base": {...}, "axes":
-// {"dotted.key": [values...]}, "cases": [{"dotted.key": value, ...}]}. Expansion, --set overrides
+// {"dotted.key": [values...]}, "cases": [{"dotted.key": value, ...}], "compare": {"reference":
+// {"dotted.key": value, ...}, "across": ["dotted.key", ...]}}. Expansion, --set overrides
 // and --only filters live here; the meaning of each key lives in scenario.cpp.
 #pragma once
 
@@ -26,6 +27,10 @@ struct ScenarioSet {
 // model.path drops model.preset and vice versa, since they are alternatives. Throws InputError
 // (unknown or misspelt keys, bad values, duplicate ids) naming the file and the JSON pointer of
 // the value at fault.
+// With a "compare" block each scenario gets its Scenario::config_reference: the scenario with the
+// reference's knobs applied (one shared object per distinct reference id). Every across key needs
+// a reference value; a reference knob that an axis or case varies must be in across; neither may
+// touch plan, model or other keys that change what is generated (docs/config-comparison.md).
 ScenarioSet load_scenarios(const std::string& path,
                            const std::vector<std::string>& set_overrides = {});
 

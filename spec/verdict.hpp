@@ -1,4 +1,5 @@
-// verdict.hpp: the five outcomes of a scenario (DESIGN.md, "Words").
+// verdict.hpp: the outcomes of a scenario (DESIGN.md, "Words"). config_variant: the scenario's
+// generations differ from its matrix's reference configuration's (docs/config-comparison.md).
 #pragma once
 
 #include <optional>
@@ -7,7 +8,14 @@
 
 namespace bih {
 
-enum class Verdict { invariant, batch_variant, nondeterministic, error, unsupported };
+enum class Verdict {
+  invariant,
+  batch_variant,
+  nondeterministic,
+  config_variant,
+  error,
+  unsupported
+};
 
 inline std::string to_string(Verdict v) {
   switch (v) {
@@ -17,6 +25,8 @@ inline std::string to_string(Verdict v) {
       return "batch_variant";
     case Verdict::nondeterministic:
       return "nondeterministic";
+    case Verdict::config_variant:
+      return "config_variant";
     case Verdict::error:
       return "error";
     case Verdict::unsupported:
@@ -27,7 +37,7 @@ inline std::string to_string(Verdict v) {
 
 inline std::optional<Verdict> parse_verdict(std::string_view s) {
   for (Verdict v : {Verdict::invariant, Verdict::batch_variant, Verdict::nondeterministic,
-                    Verdict::error, Verdict::unsupported}) {
+                    Verdict::config_variant, Verdict::error, Verdict::unsupported}) {
     if (s == to_string(v)) return v;
   }
   return std::nullopt;
