@@ -216,6 +216,12 @@ if stage engines; then
   cat "$R/engines-run.txt" | tee -a "$OUT/summary.txt"
   grep -E " -> (error|unsupported)" "$R/engines-run.log" | head -5
   pack
+  t=$(date +%s)
+  PYTHONUNBUFFERED=1 BIH_CACHE_DIR="$RAW/cache" "$build/bih" run scenarios/hf-transformers-config.json \
+    --out "$R/engines-config" >"$R/engines-config.txt" 2>"$R/engines-config.log"
+  summary "hf-transformers-config.json (sdpa against eager): exit $? in $(( $(date +%s) - t )) s"
+  cat "$R/engines-config.txt" | tee -a "$OUT/summary.txt"
+  pack
   bih_work=$(ls -d "$R"/engines/work/tp=1,* 2>/dev/null | head -1)
   t=$(date +%s)
   python3 adapters/hf-transformers/fidelity.py "$ckpt" "$bih_work/gen-bs_1.json" \
