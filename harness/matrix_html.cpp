@@ -25,6 +25,7 @@ table.env td:first-child { font-weight: 600; }
 .v-invariant { background-color: rgb(166, 219, 160); color: #0b3d14; }
 .v-batch_variant { background-color: rgb(244, 162, 97); color: #4a1f00; }
 .v-nondeterministic { background-color: rgb(195, 166, 224); color: #2e0f4d; }
+.v-prefill_variant { background-color: rgb(146, 197, 222); color: #0a2f45; }
 .v-error { background-color: rgb(139, 0, 0); color: #ffffff; }
 .v-unsupported { background-color: rgb(208, 208, 208); color: #333333; }
 .no-report { color: #888; }
@@ -210,7 +211,8 @@ std::string render_html(const MatrixView& view) {
     out += "</ul>\n";
   }
   out += "<p class=\"legend\">";
-  for (const char* v : {"invariant", "batch_variant", "nondeterministic", "error", "unsupported"}) {
+  for (const char* v : {"invariant", "batch_variant", "nondeterministic", "prefill_variant", "error",
+                        "unsupported"}) {
     out += "<span class=\"" + verdict_class(v) + "\">" + v + "</span>";
   }
   out +=

@@ -161,7 +161,7 @@ nlohmann::json read_report(const std::string& path) {
   if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
     throw InputError(path, "/id", "expected the scenario id, a non-empty string");
   }
-  const char* kVerdicts = "invariant, batch_variant, nondeterministic, error or unsupported";
+  const char* kVerdicts = "invariant, batch_variant, nondeterministic, prefill_variant, error or unsupported";
   if (!j.contains("verdict") || !j["verdict"].is_string() ||
       !parse_verdict(j["verdict"].get<std::string>())) {
     throw InputError(path, "/verdict", std::string("expected one of ") + kVerdicts);

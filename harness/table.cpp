@@ -13,9 +13,9 @@
 namespace bih {
 namespace {
 
-constexpr std::array<Verdict, 5> kAllVerdicts{Verdict::invariant, Verdict::batch_variant,
-                                              Verdict::nondeterministic, Verdict::error,
-                                              Verdict::unsupported};
+constexpr std::array<Verdict, 6> kAllVerdicts{
+    Verdict::invariant,       Verdict::batch_variant, Verdict::nondeterministic,
+    Verdict::prefill_variant, Verdict::error,         Verdict::unsupported};
 
 // Terminal columns a string takes: one per code point (no wide characters appear in our cells),
 // so UTF-8 continuation bytes do not count.
@@ -38,6 +38,8 @@ const char* ansi_color(Verdict v) {
       return "\x1b[33m";  // yellow
     case Verdict::nondeterministic:
       return "\x1b[31m";  // red
+    case Verdict::prefill_variant:
+      return "\x1b[35m";  // magenta
     case Verdict::error:
       return "\x1b[1;31m";  // bold red
     case Verdict::unsupported:

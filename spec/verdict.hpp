@@ -1,4 +1,4 @@
-// verdict.hpp: the five outcomes of a scenario (DESIGN.md, "Words").
+// verdict.hpp: the outcomes of a scenario (DESIGN.md, "Words").
 #pragma once
 
 #include <optional>
@@ -7,7 +7,16 @@
 
 namespace bih {
 
-enum class Verdict { invariant, batch_variant, nondeterministic, error, unsupported };
+// prefill_variant: decode is batch invariant and reproducible, but scoring the same tokens in one
+// prefill (compare.prefill, docs/prefill-and-top-k.md) gives other bits or another argmax.
+enum class Verdict {
+  invariant,
+  batch_variant,
+  nondeterministic,
+  prefill_variant,
+  error,
+  unsupported
+};
 
 inline std::string to_string(Verdict v) {
   switch (v) {
@@ -17,6 +26,8 @@ inline std::string to_string(Verdict v) {
       return "batch_variant";
     case Verdict::nondeterministic:
       return "nondeterministic";
+    case Verdict::prefill_variant:
+      return "prefill_variant";
     case Verdict::error:
       return "error";
     case Verdict::unsupported:
@@ -27,7 +38,7 @@ inline std::string to_string(Verdict v) {
 
 inline std::optional<Verdict> parse_verdict(std::string_view s) {
   for (Verdict v : {Verdict::invariant, Verdict::batch_variant, Verdict::nondeterministic,
-                    Verdict::error, Verdict::unsupported}) {
+                    Verdict::prefill_variant, Verdict::error, Verdict::unsupported}) {
     if (s == to_string(v)) return v;
   }
   return std::nullopt;
