@@ -76,20 +76,31 @@ GenerationTiming timing_of(const Generation& g) {
 nlohmann::json to_json(const Comparison& c) {
   json divergences = json::array();
   for (const Divergence& d : c.first_divergences) divergences.push_back(to_json(d));
-  return {{"kind", c.kind},
-          {"a", c.a_label},
-          {"b", c.b_label},
-          {"identical", c.identical()},
-          {"summary", summarize(c)},
-          {"tokens_compared", c.tokens_compared},
-          {"tokens_differ", c.tokens_differ},
-          {"logprobs_compared", c.logprobs_compared},
-          {"logprobs_differ", c.logprobs_differ},
-          {"sequences_compared", c.sequences_compared},
-          {"sequences_diverged", c.sequences_diverged},
-          {"max_abs_delta", finite_or_null(c.max_abs_delta)},
-          {"max_ulp", ulp_or_null(c.max_ulp)},
-          {"first_divergences", std::move(divergences)}};
+  json out = {{"kind", c.kind},
+              {"a", c.a_label},
+              {"b", c.b_label},
+              // An unsupported comparison compared nothing: neither identical nor not.
+              {"identical", c.unsupported.empty() ? json(c.identical()) : json()},
+              {"summary", summarize(c)},
+              {"tokens_compared", c.tokens_compared},
+              {"tokens_differ", c.tokens_differ},
+              {"logprobs_compared", c.logprobs_compared},
+              {"logprobs_differ", c.logprobs_differ},
+              {"sequences_compared", c.sequences_compared},
+              {"sequences_diverged", c.sequences_diverged},
+              {"max_abs_delta", finite_or_null(c.max_abs_delta)},
+              {"max_ulp", ulp_or_null(c.max_ulp)},
+              {"first_divergences", std::move(divergences)}};
+  // compare.top_k / row_digest / prefill: only where they apply, so other reports read as before.
+  if (c.top_k_compared > 0 || c.row_digests_compared > 0 || !c.notes.empty()) {
+    out["top_k_compared"] = c.top_k_compared;
+    out["top_k_differ"] = c.top_k_differ;
+    out["row_digests_compared"] = c.row_digests_compared;
+    out["row_digests_differ"] = c.row_digests_differ;
+  }
+  if (!c.notes.empty()) out["notes"] = c.notes;
+  if (!c.unsupported.empty()) out["unsupported"] = c.unsupported;
+  return out;
 }
 
 std::string utc_now_iso8601() {
@@ -161,7 +172,8 @@ nlohmann::json read_report(const std::string& path) {
   if (!j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
     throw InputError(path, "/id", "expected the scenario id, a non-empty string");
   }
-  const char* kVerdicts = "invariant, batch_variant, nondeterministic, prefill_variant, error or unsupported";
+  const char* kVerdicts =
+      "invariant, batch_variant, nondeterministic, prefill_variant, error or unsupported";
   if (!j.contains("verdict") || !j["verdict"].is_string() ||
       !parse_verdict(j["verdict"].get<std::string>())) {
     throw InputError(path, "/verdict", std::string("expected one of ") + kVerdicts);

@@ -113,10 +113,16 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
     return out;
   };
   std::string out = line(header, nullptr);
-  for (size_t i = 0; i < cells.size(); ++i) out += line(cells[i], &rows[i].verdict);
+  for (size_t i = 0; i < cells.size(); ++i) {
+    out += line(cells[i], &rows[i].verdict);
+    for (const std::string& note : rows[i].notes) out += "    " + note + "\n";
+  }
 
   std::string summary = fmt::format("{} scenario{}:", rows.size(), rows.size() == 1 ? "" : "s");
   for (size_t i = 0; i < kAllVerdicts.size(); ++i) {
+    // Only scenarios with compare.prefill can be prefill_variant: other runs' totals stay as they
+    // were.
+    if (kAllVerdicts[i] == Verdict::prefill_variant && totals[kAllVerdicts[i]] == 0) continue;
     summary +=
         fmt::format("{} {} {}", i ? "," : "", totals[kAllVerdicts[i]], to_string(kAllVerdicts[i]));
   }

@@ -22,6 +22,9 @@ struct TableRow {
   std::string repeat_kind;
   std::string reason;     // why error/unsupported; the summary names what could not run
   bool must_run = false;  // bih run --require-all: unsupported fails instead of unchecked
+  // Lines shown indented under the row: compare.prefill's comparisons ("prefill vs decode: ..."),
+  // and what compare.top_k / row_digest could not compare.
+  std::vector<std::string> notes;
 };
 
 // The expectation a run row is judged by: its `expect` (declared), else the default invariant.
@@ -36,6 +39,8 @@ bool should_use_color(int fd);
 // (coloured when `color`), expect, batch and repeat summaries ('-' when empty; a fresh-process
 // comparison says "fresh: "), wall time. The last line counts rows per verdict, the failures of
 // check_expectation ("not as expected") and, when any, the unchecked ones with their reasons.
+// A row's notes follow it, each on its own line indented by four blanks. prefill_variant is
+// counted only when some row has it.
 // Every line ends with '\n'.
 std::string render_table(const std::vector<TableRow>& rows, bool color = false);
 
