@@ -87,10 +87,16 @@ def top_k_of(logprobs, k):
 def row_digest(logits):
     """FNV-1a 64 over the row's float32 bit patterns, one 32-bit word at a time in id order
     (h = (h ^ word) * 0x100000001b3 mod 2^64 from 0xcbf29ce484222325), as 16 hex digits: what
-    bih's engine computes (models/row_extras.hpp). `logits` are floats or float32 bit patterns."""
+    bih's engine computes (models/row_extras.hpp). `logits` are floats, or float32 bit patterns
+    as "0x%08x" strings or as ints (an int is always a bit pattern, never a value)."""
     h = 0xCBF29CE484222325
     for v in logits:
-        word = int(v, 16) if isinstance(v, str) else struct.unpack("<I", struct.pack("<f", float(v)))[0]
+        if isinstance(v, str):
+            word = int(v, 16)
+        elif isinstance(v, int):
+            word = v & 0xFFFFFFFF
+        else:
+            word = struct.unpack("<I", struct.pack("<f", float(v)))[0]
         h = ((h ^ word) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return "%016x" % h
 

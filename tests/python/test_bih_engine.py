@@ -163,6 +163,7 @@ class ProtocolLoop(unittest.TestCase):
         expected = ((0xCBF29CE484222325 ^ 0x3F800000) * 0x100000001B3) & (2**64 - 1)
         self.assertEqual(bih_engine.row_digest([1.0]), "%016x" % expected)
         self.assertEqual(bih_engine.row_digest(["0x3f800000"]), "%016x" % expected)
+        self.assertEqual(bih_engine.row_digest([0x3F800000]), "%016x" % expected)
         self.assertNotEqual(bih_engine.row_digest([0.0]), bih_engine.row_digest([-0.0]))
 
     def test_float32_bits(self):
