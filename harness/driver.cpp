@@ -337,7 +337,8 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     std::map<std::string, std::string> scoring_unsupported;
     for (const auto& entry : meta.value("scorings", nlohmann::json::array())) {
       if (entry.contains("unsupported")) {
-        scoring_unsupported[entry.at("label")] = entry.at("unsupported");
+        scoring_unsupported[entry.at("label").get<std::string>()] =
+            entry.at("unsupported").get<std::string>();
       }
     }
     for (const ScoringSpec& scoring : plan.scorings) {

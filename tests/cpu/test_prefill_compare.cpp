@@ -9,7 +9,9 @@
 // values are refused with exit 2 naming the field.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <bit>
+#include <cmath>
 #include <fstream>
 
 #include "base/json_file.hpp"
