@@ -491,10 +491,20 @@ int run_command(const RunOptions& options) {
     row.wall_s = o.wall_s;
     if (!o.localization.empty()) std::fprintf(stderr, "%s", o.localization.c_str());
     std::vector<std::pair<std::string, std::string>> summaries = o.resumed_summaries;
-    for (const Comparison& c : o.comparisons) summaries.emplace_back(c.kind, summarize(c));
-    for (const auto& [kind, summary] : summaries) {
-      // compare.prefill: a line of its own under the row, one per scored generation.
-      if (kind == "prefill") row.notes.push_back("prefill vs decode: " + summary);
+    const size_t resumed_count = summaries.size();
+    for (const Comparison& c : o.comparisons) {
+      summaries.emplace_back(c.kind, summarize(c));
+      if (c.kind == "prefill") {
+        row.notes.push_back("prefill vs decode, " + c.a_label + ": " + summarize(c));
+      }
+    }
+    for (size_t i = 0; i < summaries.size(); ++i) {
+      const auto& [kind, summary] = summaries[i];
+      // compare.prefill: a line of its own under the row, one per scored generation (added above
+      // for this run's comparisons; a resumed report's summaries carry no labels).
+      if (kind == "prefill" && i < resumed_count) {
+        row.notes.push_back("prefill vs decode: " + summary);
+      }
       // Show a differing comparison in preference to an identical one: batch and cache (warm vs
       // cold, also a dependence on other requests) in one column, repeat and fresh in the other.
       const bool differs = summary.rfind("0/", 0) != 0;

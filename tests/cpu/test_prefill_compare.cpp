@@ -403,7 +403,7 @@ TEST(PrefillCompare, ARunComparesPrefillTopKAndDigests) {
   ASSERT_NE(batch, nullptr);
   EXPECT_EQ((*batch)["top_k_compared"], 16);
   EXPECT_EQ((*batch)["top_k_differ"], 0);
-  EXPECT_NE(r.output.find("prefill vs decode: 0/16 logprobs differ"), std::string::npos)
+  EXPECT_NE(r.output.find("prefill vs decode, bs=1: 0/16 logprobs differ"), std::string::npos)
       << r.output;
   const testing::SchemaChecker schema(std::string(BIH_SOURCE_DIR) + "/reports/report.schema.json");
   EXPECT_EQ(schema.errors(report), "");
@@ -474,7 +474,7 @@ TEST(PrefillCompare, AnAdapterThatCannotScoreKeepsItsVerdict) {
   EXPECT_EQ(report["verdict"], (*batch)["identical"].get<bool>() ? "invariant" : "batch_variant");
   ASSERT_TRUE(batch->contains("notes")) << batch->dump();
   EXPECT_NE((*batch)["notes"][0].get<std::string>().find("has no top-k"), std::string::npos);
-  EXPECT_NE(r.output.find("prefill vs decode: not compared:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("prefill vs decode, bs=1: not compared:"), std::string::npos) << r.output;
 }
 
 TEST(PrefillCompare, BadCompareValuesExitTwoNamingTheField) {
