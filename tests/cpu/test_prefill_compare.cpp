@@ -420,11 +420,12 @@ TEST(PrefillCompare, ARunComparesPrefillTopKAndDigests) {
 TEST(PrefillCompare, BihAdapterScoresTheInProcessBits) {
   const auto dir = testing::fresh_dir("prefill-adapter");
   setenv("BIH_CACHE_DIR", (dir / "cache").c_str(), 1);
-  const json compare = {{"prefill", true}, {"top_k", 2}, {"row_digest", true}};
-  const json in_process = run_scenario(dir, "a", {{"plan", plan_json()}, {"compare", compare}});
+  const json compare_keys = {{"prefill", true}, {"top_k", 2}, {"row_digest", true}};
+  const json in_process =
+      run_scenario(dir, "a", {{"plan", plan_json()}, {"compare", compare_keys}});
   const json adapted = run_scenario(dir, "b",
                                     {{"plan", plan_json()},
-                                     {"compare", compare},
+                                     {"compare", compare_keys},
                                      {"engine",
                                       {{"kind", "command"},
                                        {"name", "bih-adapter"},
