@@ -211,8 +211,8 @@ std::string render_html(const MatrixView& view) {
     out += "</ul>\n";
   }
   out += "<p class=\"legend\">";
-  for (const char* v : {"invariant", "batch_variant", "nondeterministic", "prefill_variant", "error",
-                        "unsupported"}) {
+  for (const char* v : {"invariant", "batch_variant", "nondeterministic", "prefill_variant",
+                        "error", "unsupported"}) {
     out += "<span class=\"" + verdict_class(v) + "\">" + v + "</span>";
   }
   out +=

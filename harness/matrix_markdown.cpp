@@ -10,8 +10,8 @@ namespace {
 // Colour squares next to the verdict word: colour helps, the word carries the meaning.
 std::string verdict_square(const std::string& verdict) {
   static const std::map<std::string, std::string> squares{
-      {"invariant", "🟩"}, {"batch_variant", "🟧"}, {"nondeterministic", "🟪"}, {"prefill_variant", "🟦"},
-      {"error", "🟥"},     {"unsupported", "⬜"},
+      {"invariant", "🟩"},       {"batch_variant", "🟧"}, {"nondeterministic", "🟪"},
+      {"prefill_variant", "🟦"}, {"error", "🟥"},         {"unsupported", "⬜"},
   };
   const auto it = squares.find(verdict);
   return it == squares.end() ? "?" : it->second;
@@ -136,8 +136,9 @@ std::string render_markdown(const MatrixView& view) {
     out += "\n";
   }
   out +=
-      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · 🟦 prefill_variant · 🟥 error · ⬜ "
-      "unsupported. Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
+      "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · "
+      "🟦 prefill_variant · 🟥 error · ⬜ unsupported. "
+      "Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
       "(\"run to run\": the same batch twice). Each cell links to its details.\n\n";
 
   auto axis_header = [](const std::vector<std::string>& keys) {

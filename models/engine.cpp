@@ -318,7 +318,8 @@ std::vector<SequenceResult> Engine::score(const std::vector<ScoreRequest>& reque
                                options_.block_size +
                            pos % options_.block_size);
       step.queries.push_back(cpu::AttentionQuery{tables[i].data(), pos + 1, false});
-      if (pos >= prompt_len - 1) step.logit_rows.push_back(static_cast<int>(step.tokens.size()) - 1);
+      if (pos >= prompt_len - 1)
+        step.logit_rows.push_back(static_cast<int>(step.tokens.size()) - 1);
     }
   }
   pad_step(step);
@@ -338,9 +339,10 @@ std::vector<SequenceResult> Engine::score(const std::vector<ScoreRequest>& reque
       out.tokens.push_back(step.sampled[row]);
       // Where the prefill agrees with the decode, its logprob is the backend's own sampled one
       // (the value decode reported came from the same kernel); elsewhere it is computed here.
-      out.logprobs.push_back(forced == step.sampled[row]
-                                 ? step.sampled_logprob[row]
-                                 : token_logprob(step.logits.data() + row * V, vocab_size_, forced));
+      out.logprobs.push_back(
+          forced == step.sampled[row]
+              ? step.sampled_logprob[row]
+              : token_logprob(step.logits.data() + row * V, vocab_size_, forced));
       append_row_extras(step, row, out);
       ++row;
     }

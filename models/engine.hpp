@@ -24,8 +24,8 @@
 #include "models/forward.hpp"
 #include "models/knobs.hpp"
 #include "models/kv_cache.hpp"
-#include "models/tp_shard.hpp"
 #include "models/row_extras.hpp"
+#include "models/tp_shard.hpp"
 #include "models/trace.hpp"
 #include "models/weights.hpp"
 

@@ -1199,7 +1199,8 @@ json Scenario::to_json() const {
            {"localize", localize},
            {"debug", {{"fault", fault.empty() ? "none" : fault}}},
            {"engine", engine_json}};
-  // Only when something is on: resolved scenarios (and reports resumed from them) stay as they were.
+  // Only when something is on: resolved scenarios (and reports resumed from them) stay as they
+  // were.
   if (compare.any()) {
     out["compare"] = {
         {"prefill", compare.prefill}, {"top_k", compare.top_k}, {"row_digest", compare.row_digest}};
