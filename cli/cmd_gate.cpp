@@ -28,7 +28,7 @@ Command add_gate_command(CLI::App& app) {
       R"(Expectations file (JSON, comments allowed; schema ci/expectations.schema.json):
   {"schema": "bih.expectations/1",
    "expectations": [{"id": "<exact scenario id, or a glob with * ?>",
-                     "verdict": "invariant|batch_variant|nondeterministic|config_variant|error|unsupported",
+                     "verdict": "invariant|batch_variant|nondeterministic|config_variant|prefill_variant|error|unsupported",
                      "why": "free text, e.g. the upstream issue",
                      "require": true}],
    "require_all": false}

@@ -22,7 +22,8 @@ constexpr const char* kDescription = R"(bih: batch-invariance conformance harnes
 
 Runs an LLM engine's request alone (bs=1) and inside a batch (bs=64), again in the same process and
 in a fresh one, and diffs the greedy tokens and logprobs bit for bit. Verdicts: invariant,
-batch_variant, nondeterministic, config_variant, error, unsupported.
+batch_variant, nondeterministic, config_variant,
+prefill_variant (compare.prefill), error, unsupported.
 
 Start with:
   bih run scenarios/issue-56370.json            the motivating vLLM issue, replayed on the tiny model

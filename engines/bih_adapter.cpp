@@ -33,6 +33,52 @@ Scenario scenario_of(const json& init) {
                              limits.at("max_tokens").get<int>(), "bih adapter init");
 }
 
+std::string bits_text(float v) { return fmt::format("0x{:08x}", std::bit_cast<uint32_t>(v)); }
+
+// A request's "top_k" / "row_digest" (absent: none), applied to the engine for this request.
+RowExtras extras_of(const json& message) {
+  RowExtras extras;
+  if (message.contains("top_k")) {
+    const json& k = message["top_k"];
+    if (!k.is_number_integer() || k.get<int64_t>() < 0 || k.get<int64_t>() > kMaxTopK) {
+      throw InfraError(fmt::format("top_k is {}; valid: an integer in 0..{}", k.dump(), kMaxTopK));
+    }
+    extras.top_k = k.get<int>();
+  }
+  if (message.contains("row_digest")) {
+    if (!message["row_digest"].is_boolean()) throw InfraError("row_digest: valid: true or false");
+    extras.row_digest = message["row_digest"].get<bool>();
+  }
+  return extras;
+}
+
+// The sequences of a result: tokens, values as bit patterns, and the extras that are there.
+json sequences_json(const std::vector<SequenceResult>& results) {
+  json sequences = json::array();
+  for (const SequenceResult& r : results) {
+    json values = json::array();
+    for (float v : r.logprobs) values.push_back(bits_text(v));
+    json seq = {{"tokens", r.tokens}, {"values", values}};
+    if (!r.top_k_ids.empty()) {
+      json top_values = json::array();
+      for (const auto& row : r.top_k_values) {
+        json texts = json::array();
+        for (float v : row) texts.push_back(bits_text(v));
+        top_values.push_back(std::move(texts));
+      }
+      seq["top_k_ids"] = r.top_k_ids;
+      seq["top_k_values"] = std::move(top_values);
+    }
+    if (!r.row_digests.empty()) {
+      json digests = json::array();
+      for (uint64_t d : r.row_digests) digests.push_back(fmt::format("{:016x}", d));
+      seq["row_digests"] = std::move(digests);
+    }
+    sequences.push_back(std::move(seq));
+  }
+  return sequences;
+}
+
 }  // namespace
 
 Scenario scenario_from_knobs(const json& model, const json& knobs, int max_batch, int max_model_len,
@@ -109,7 +155,12 @@ int serve_bih_engine(std::istream& in, std::ostream& out) {
                    {"adapter", {{"name", "bih adapter"}, {"version", id.version}}},
                    {"value", id.value},
                    {"settings", settings},
-                   {"capabilities", {{"step_stats", true}, {"reset_cache", true}}}});
+                   {"capabilities",
+                    {{"step_stats", true},
+                     {"reset_cache", true},
+                     {"score", true},
+                     {"top_k", true},
+                     {"row_digest", true}}}});
       } else if (type == "reset_cache") {
         if (!engine) throw InfraError("reset_cache before init");
         // bih's engine forgets every cached prefix block; the next generate runs cold.
@@ -119,20 +170,24 @@ int serve_bih_engine(std::istream& in, std::ostream& out) {
         if (!engine) throw InfraError("generate before init");
         const auto prompts = message.at("prompts").get<std::vector<std::vector<int32_t>>>();
         GenerateStats stats;
+        engine->set_row_extras(extras_of(message));
         const auto results =
             engine->generate(prompts, message.at("max_tokens").get<int>(), &stats, {});
-        json sequences = json::array();
-        for (const SequenceResult& r : results) {
-          json values = json::array();
-          for (float v : r.logprobs) {
-            values.push_back(fmt::format("0x{:08x}", std::bit_cast<uint32_t>(v)));
-          }
-          sequences.push_back({{"tokens", r.tokens}, {"values", values}});
-        }
         send(out, {{"type", "result"},
                    {"id", message.at("id")},
-                   {"sequences", sequences},
+                   {"sequences", sequences_json(results)},
                    {"stats", {{"steps", stats.steps}, {"rows", stats.rows}}}});
+      } else if (type == "score") {
+        if (!engine) throw InfraError("score before init");
+        std::vector<ScoreRequest> requests;
+        for (const json& seq : message.at("sequences")) {
+          requests.push_back({seq.at("prompt").get<std::vector<int32_t>>(),
+                              seq.at("tokens").get<std::vector<int32_t>>()});
+        }
+        engine->set_row_extras(extras_of(message));
+        send(out, {{"type", "result"},
+                   {"id", message.at("id")},
+                   {"sequences", sequences_json(engine->score(requests))}});
       } else {
         send(out, {{"type", "error"}, {"message", "unknown message type '" + type + "'"}});
       }

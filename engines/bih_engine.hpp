@@ -80,6 +80,11 @@ class BihTestedEngine : public TestedEngine {
     bundle_.engine->reset_prefix_cache();
     return true;
   }
+  void set_row_extras(const RowExtras& extras) override { bundle_.engine->set_row_extras(extras); }
+  std::string score_unsupported_reason() const override { return ""; }
+  std::vector<SequenceResult> score(const std::vector<ScoreRequest>& requests) override {
+    return bundle_.engine->score(requests);
+  }
   EngineBundle& bundle() { return bundle_; }
 
  private:

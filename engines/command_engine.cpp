@@ -77,8 +77,11 @@ class CommandEngine : public TestedEngine {
         s.plan.max_model_len, s.plan.max_tokens};
     // The longest line a reply to this plan can need (a result holds every token and value of a
     // batch, far under 128 bytes each): a flood is cut there instead of filling memory.
-    max_line_bytes_ = (size_t{32} << 20) +
-                      size_t{128} * static_cast<size_t>(limits.max_batch) * s.plan.max_tokens;
+    // compare.top_k adds up to k ids and values per token (under 40 bytes each), a digest 20.
+    const size_t per_token =
+        128 + size_t{40} * static_cast<size_t>(s.compare.top_k) + (s.compare.row_digest ? 20 : 0);
+    max_line_bytes_ =
+        (size_t{32} << 20) + per_token * static_cast<size_t>(limits.max_batch) * s.plan.max_tokens;
     process_->set_max_line_bytes(max_line_bytes_);
     send(protocol::init_message(model_, knobs, s.engine.options, limits), "init");
     const json answer = receive("its hello (the answer to init)", {});
@@ -103,6 +106,9 @@ class CommandEngine : public TestedEngine {
       identity_.details["adapter"] = hello.adapter;
       step_stats_ = hello.step_stats;
       reset_cache_ = hello.reset_cache;
+      can_score_ = hello.score;
+      can_top_k_ = hello.top_k;
+      can_row_digest_ = hello.row_digest;
     } catch (const protocol::ProtocolError& e) {
       fail(e.what());
     }
@@ -120,7 +126,7 @@ class CommandEngine : public TestedEngine {
                                        int max_tokens, GenerateStats* stats,
                                        const ProgressFn& progress) override {
     const int64_t id = next_id_++;
-    send(protocol::generate_message(id, prompts, max_tokens),
+    send(protocol::generate_message(id, prompts, max_tokens, announced_extras()),
          fmt::format("generate request {}", id));
     const json answer = receive(fmt::format("its result for request {} ({} prompts x {} tokens)",
                                             id, prompts.size(), max_tokens),
@@ -135,6 +141,30 @@ class CommandEngine : public TestedEngine {
     }
   }
 
+  // Asked only of what the hello announced; the rest stays empty and is reported not compared.
+  void set_row_extras(const RowExtras& extras) override { extras_ = extras; }
+  std::string score_unsupported_reason() const override {
+    if (can_score_) return "";
+    return "engine " + identity_.name +
+           ": its adapter did not announce capabilities.score (docs/engine-protocol.md, score)";
+  }
+  std::vector<SequenceResult> score(const std::vector<ScoreRequest>& requests) override {
+    const int64_t id = next_id_++;
+    send(protocol::score_message(id, requests, announced_extras()),
+         fmt::format("score request {}", id));
+    const json answer = receive(
+        fmt::format("its result for score request {} ({} sequences)", id, requests.size()), {});
+    const std::string type = answer["type"];
+    if (type == "error") fail(fmt::format("failed score request {}: {}", id, message_of(answer)));
+    if (type != "result") {
+      fail(fmt::format("answered score request {} with a '{}' message", id, type));
+    }
+    try {
+      return protocol::parse_score_result(answer, id, requests, vocab_size());
+    } catch (const protocol::ProtocolError& e) {
+      fail(e.what());
+    }
+  }
   // Only an adapter that announced capabilities.reset_cache is asked; the others keep what they
   // always had: the worker declines a prefix-caching scenario for them.
   bool reset_prefix_cache() override {
@@ -158,6 +188,9 @@ class CommandEngine : public TestedEngine {
   }
 
  private:
+  RowExtras announced_extras() const {
+    return RowExtras{can_top_k_ ? extras_.top_k : 0, can_row_digest_ && extras_.row_digest};
+  }
   static std::string message_of(const json& answer) {
     const auto it = answer.find("message");
     return it != answer.end() && it->is_string()
@@ -265,6 +298,10 @@ class CommandEngine : public TestedEngine {
   size_t max_line_bytes_ = 0;
   bool step_stats_ = false;
   bool reset_cache_ = false;
+  bool can_score_ = false;
+  bool can_top_k_ = false;
+  bool can_row_digest_ = false;
+  RowExtras extras_;
   int64_t resets_ = 0;
   bool shut_down_ = false;
 };

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,22 @@ class TestedEngine {
   // generation runs cold, as a fresh process would. Returns false when the engine cannot: the
   // worker then declines a prefix-caching scenario rather than compare mixed cache states.
   virtual bool reset_prefix_cache() { return false; }
+
+  // compare.top_k / compare.row_digest (models/row_extras.hpp): what later generate() and score()
+  // calls add per step. An engine that cannot leaves those fields of its results empty, and the
+  // comparisons then say that part was not compared (never a fake equality).
+  virtual void set_row_extras(const RowExtras& /*extras*/) {}
+  // compare.prefill: why this engine cannot score sequences in one prefill (Engine::score's
+  // contract); empty when it can.
+  virtual std::string score_unsupported_reason() const {
+    return "engine " + identity().name + " cannot score a sequence in one prefill";
+  }
+  // Scores every request (prompt + forced tokens) in one prefill; requests.size() is the batch.
+  // Per forced token: the prefill's argmax, the forced token's value, extras. Only called when
+  // score_unsupported_reason() is empty. Throws InfraError when the engine fails.
+  virtual std::vector<SequenceResult> score(const std::vector<ScoreRequest>& /*requests*/) {
+    throw std::logic_error(score_unsupported_reason());
+  }
 
   // Stops the engine (a command engine asks its adapter to exit); safe to call twice.
   virtual void shutdown() {}

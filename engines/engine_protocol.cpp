@@ -77,10 +77,31 @@ json init_message(const ModelHandle& model, const json& knobs, const json& optio
             {"max_tokens", limits.max_tokens}}}};
 }
 
-json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& prompts,
-                      int max_tokens) {
-  return {{"type", "generate"},       {"id", id},       {"prompts", prompts},
-          {"max_tokens", max_tokens}, {"greedy", true}, {"ignore_eos", true}};
+namespace {
+
+void add_extras(json& message, const RowExtras& extras) {
+  if (extras.top_k > 0) message["top_k"] = extras.top_k;
+  if (extras.row_digest) message["row_digest"] = true;
+}
+
+}  // namespace
+
+json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                      const RowExtras& extras) {
+  json message = {{"type", "generate"},       {"id", id},       {"prompts", prompts},
+                  {"max_tokens", max_tokens}, {"greedy", true}, {"ignore_eos", true}};
+  add_extras(message, extras);
+  return message;
+}
+
+json score_message(int64_t id, const std::vector<ScoreRequest>& requests, const RowExtras& extras) {
+  json sequences = json::array();
+  for (const ScoreRequest& r : requests) {
+    sequences.push_back({{"prompt", r.prompt}, {"tokens", r.tokens}});
+  }
+  json message = {{"type", "score"}, {"id", id}, {"sequences", std::move(sequences)}};
+  add_extras(message, extras);
+  return message;
 }
 
 json shutdown_message() { return {{"type", "shutdown"}}; }
@@ -164,7 +185,9 @@ Hello parse_hello(const json& message) {
     // Checked, not value()'d: value() throws nlohmann's type_error for "step_stats": "yes".
     const json& caps = message["capabilities"];
     for (auto [key, flag] :
-         {std::pair{"step_stats", &h.step_stats}, std::pair{"reset_cache", &h.reset_cache}}) {
+         {std::pair{"step_stats", &h.step_stats}, std::pair{"reset_cache", &h.reset_cache},
+          std::pair{"score", &h.score}, std::pair{"top_k", &h.top_k},
+          std::pair{"row_digest", &h.row_digest}}) {
       if (!caps.contains(key)) continue;
       if (!caps[key].is_boolean()) {
         throw ProtocolError(fmt::format("{}'s \"capabilities\".\"{}\" is {}; valid: true or false",
@@ -193,13 +216,76 @@ float parse_value(const json& value) {
                       " is neither a float32 bit pattern string nor a number");
 }
 
-std::vector<SequenceResult> parse_result(const json& message, int64_t id, size_t prompts,
-                                         int max_tokens, int vocab_size, GenerateStats* stats) {
-  const std::string what = fmt::format("the adapter's result for request {}", id);
+namespace {
+
+// A sequence's optional top-k and digest fields, `n` entries each when present.
+void parse_row_extras(const json& seq, const std::string& where, size_t n, int vocab_size,
+                      SequenceResult& out) {
+  if (seq.contains("top_k_ids") != seq.contains("top_k_values")) {
+    throw ProtocolError(where + " has one of top_k_ids and top_k_values; valid: both or neither");
+  }
+  if (seq.contains("top_k_ids")) {
+    const json& ids = seq["top_k_ids"];
+    const json& values = seq["top_k_values"];
+    if (!ids.is_array() || !values.is_array() || ids.size() != n || values.size() != n) {
+      throw ProtocolError(fmt::format(
+          "{}'s top_k_ids and top_k_values must be lists of {} lists (one per token)", where, n));
+    }
+    for (size_t t = 0; t < n; ++t) {
+      if (!ids[t].is_array() || !values[t].is_array() || ids[t].size() != values[t].size() ||
+          ids[t].size() > static_cast<size_t>(kMaxTopK)) {
+        throw ProtocolError(
+            fmt::format("{} top-k of token {}: valid: two lists of the same length, at most {}: {}",
+                        where, t, kMaxTopK, quote_text(ids[t].dump())));
+      }
+      out.top_k_ids.emplace_back();
+      out.top_k_values.emplace_back();
+      for (size_t k = 0; k < ids[t].size(); ++k) {
+        const json& token = ids[t][k];
+        if (!token.is_number_integer() || token.get<int64_t>() < 0 ||
+            token.get<int64_t>() >= vocab_size) {
+          throw ProtocolError(fmt::format("{} top-k id {} of token {} is {}; valid: 0..{}", where,
+                                          k, t, quote_text(token.dump()), vocab_size - 1));
+        }
+        out.top_k_ids.back().push_back(static_cast<int32_t>(token.get<int64_t>()));
+        try {
+          out.top_k_values.back().push_back(parse_value(values[t][k]));
+        } catch (const ProtocolError& e) {
+          throw ProtocolError(
+              fmt::format("{} top-k value {} of token {}: {}", where, k, t, e.what()));
+        }
+      }
+    }
+  }
+  if (seq.contains("row_digests")) {
+    const json& digests = seq["row_digests"];
+    if (!digests.is_array() || digests.size() != n) {
+      throw ProtocolError(
+          fmt::format("{}'s row_digests must be a list of {} digests (one per token)", where, n));
+    }
+    for (size_t t = 0; t < n; ++t) {
+      const json& d = digests[t];
+      const bool hex =
+          d.is_string() && d.get<std::string>().size() == 16 &&
+          d.get<std::string>().find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (!hex) {
+        throw ProtocolError(fmt::format("{} row digest {} is {}; valid: 16 lower-case hex digits",
+                                        where, t, quote_text(d.dump())));
+      }
+      out.row_digests.push_back(std::stoull(d.get<std::string>(), nullptr, 16));
+    }
+  }
+}
+
+// The sequences of a result: sequence i has exactly lengths[i] tokens and values.
+std::vector<SequenceResult> parse_sequences(const json& message, int64_t id,
+                                            const std::vector<size_t>& lengths, int vocab_size,
+                                            const std::string& what, const char* length_name) {
   const json& got_id = field(message, "id", what);
   if (!got_id.is_number_integer() || got_id.get<int64_t>() != id) {
     throw ProtocolError(fmt::format("{} carries id {}", what, quote_text(got_id.dump())));
   }
+  const size_t prompts = lengths.size();
   const json& sequences = field(message, "sequences", what);
   if (!sequences.is_array() || sequences.size() != prompts) {
     throw ProtocolError(fmt::format(
@@ -214,14 +300,14 @@ std::vector<SequenceResult> parse_result(const json& message, int64_t id, size_t
     const json& tokens = field(seq, "tokens", where);
     const json& values = field(seq, "values", where);
     for (const auto* list : {&tokens, &values}) {
-      if (!list->is_array() || list->size() != static_cast<size_t>(max_tokens)) {
+      if (!list->is_array() || list->size() != lengths[i]) {
         throw ProtocolError(
-            fmt::format("{} has {} {} for max_tokens {}", where,
+            fmt::format("{} has {} {} for {} {}", where,
                         list->is_array() ? std::to_string(list->size()) : "no list of",
-                        list == &tokens ? "tokens" : "values", max_tokens));
+                        list == &tokens ? "tokens" : "values", length_name, lengths[i]));
       }
     }
-    for (int t = 0; t < max_tokens; ++t) {
+    for (size_t t = 0; t < lengths[i]; ++t) {
       const json& token = tokens[t];
       if (!token.is_number_integer() || token.get<int64_t>() < 0 ||
           token.get<int64_t>() >= vocab_size) {
@@ -235,7 +321,30 @@ std::vector<SequenceResult> parse_result(const json& message, int64_t id, size_t
         throw ProtocolError(fmt::format("{} value {}: {}", where, t, e.what()));
       }
     }
+    parse_row_extras(seq, where, lengths[i], vocab_size, out[i]);
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<SequenceResult> parse_score_result(const json& message, int64_t id,
+                                               const std::vector<ScoreRequest>& requests,
+                                               int vocab_size) {
+  std::vector<size_t> lengths;
+  for (const ScoreRequest& r : requests) lengths.push_back(r.tokens.size());
+  return parse_sequences(message, id, lengths, vocab_size,
+                         fmt::format("the adapter's result for score request {}", id),
+                         "forced tokens");
+}
+
+std::vector<SequenceResult> parse_result(const json& message, int64_t id, size_t prompts,
+                                         int max_tokens, int vocab_size, GenerateStats* stats) {
+  const std::string what = fmt::format("the adapter's result for request {}", id);
+  if (max_tokens < 0) throw ProtocolError(what + ": max_tokens below 0");
+  std::vector<SequenceResult> out =
+      parse_sequences(message, id, std::vector<size_t>(prompts, static_cast<size_t>(max_tokens)),
+                      vocab_size, what, "max_tokens");
   if (message.contains("stats")) {
     // Checked whether or not the hello promised stats: a wrong one is the adapter's bug, and a
     // silent 0 (or a negative count reaching the report) would hide it.

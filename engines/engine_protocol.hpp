@@ -38,8 +38,16 @@ struct Limits {
 
 nlohmann::json init_message(const ModelHandle& model, const nlohmann::json& knobs,
                             const nlohmann::json& options, const Limits& limits);
+// `extras` (compare.top_k / row_digest) adds "top_k": K and "row_digest": true, sent only to an
+// adapter whose hello announced them (capabilities.top_k / row_digest).
 nlohmann::json generate_message(int64_t id, const std::vector<std::vector<int32_t>>& prompts,
-                                int max_tokens);
+                                int max_tokens, const RowExtras& extras = {});
+// {"type": "score", "id", "sequences": [{"prompt": [...], "tokens": [...]}], "top_k"?,
+// "row_digest"?}: score each sequence's prompt + tokens in one prefill (teacher forcing); sent only
+// to an adapter whose hello said capabilities.score: true. Answered by a "result" message of the
+// same shape as generate's: per forced token the prefill's argmax and the forced token's value.
+nlohmann::json score_message(int64_t id, const std::vector<ScoreRequest>& requests,
+                             const RowExtras& extras = {});
 nlohmann::json shutdown_message();
 // {"type": "reset_cache"}: empty your prefix (KV) cache, so that the next generate runs cold. Sent
 // only to an adapter whose hello said capabilities.reset_cache: true, between generations.
@@ -66,6 +74,9 @@ struct Hello {
   nlohmann::json adapter = nlohmann::json::object();
   bool step_stats = false;
   bool reset_cache = false;  // it answers reset_cache (capabilities.reset_cache)
+  bool score = false;        // it answers score (capabilities.score)
+  bool top_k = false;        // results carry top_k_ids / top_k_values when asked
+  bool row_digest = false;   // results carry row_digests when asked
 };
 
 // The answer to init of type "hello"; throws ProtocolError for a missing or wrong field.
@@ -80,7 +91,15 @@ float parse_value(const nlohmann::json& value);
 
 // The answer to generate `id` of type "result": exactly `prompts` sequences of exactly max_tokens
 // tokens in 0..vocab_size-1 and max_tokens values. `stats` (may be null) gets result.stats.
+// Optional per sequence: "top_k_ids" ([max_tokens][k] ids, k <= 20) with "top_k_values" (the same
+// shape of values) and "row_digests" ([max_tokens] 16 lower-case hex digits); checked when present.
 std::vector<SequenceResult> parse_result(const nlohmann::json& message, int64_t id, size_t prompts,
                                          int max_tokens, int vocab_size, GenerateStats* stats);
+
+// The answer to score `id`: a "result" with one sequence per request, each of exactly as many
+// tokens and values as that request forced (plus the optional top-k and digest fields).
+std::vector<SequenceResult> parse_score_result(const nlohmann::json& message, int64_t id,
+                                               const std::vector<ScoreRequest>& requests,
+                                               int vocab_size);
 
 }  // namespace bih::protocol

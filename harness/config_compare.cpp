@@ -67,7 +67,9 @@ std::vector<Comparison> compare_with_reference(const Scenario& s, const Plan& pl
     }
     Generation a = theirs->second;
     a.label = kReferencePrefix + label;
-    Comparison c = compare(a, ours->second, "config", max_divergences);
+    // Top-k and digests too where the scenario asks for them (the reference shares the compare
+    // keys unless they are an axis compared across).
+    Comparison c = compare(a, ours->second, "config", max_divergences, s.compare);
     c.reference_id = reference.id;
     c.knob_changes = changes;
     out.push_back(std::move(c));

@@ -67,11 +67,12 @@ uint64_t ulp_distance(float a, float b) {
 std::string hex_bits(uint32_t bits) { return fmt::format("0x{:08x}", bits); }
 
 Comparison compare(const Generation& a, const Generation& b, std::string kind,
-                   size_t max_divergences) {
+                   size_t max_divergences, const CompareSpec& asked) {
   const auto& kinds = comparison_kinds();
   if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
     throw std::invalid_argument(
-        "compare: kind must be batch, repeat, fresh, cache or config, not \"" + kind + "\"");
+        "compare: kind must be batch, repeat, fresh, cache, config or prefill, not \"" + kind +
+        "\"");
   }
   if (a.sequences.size() != b.sequences.size()) {
     throw InputError(pair_name(a, b), "/sequences",
@@ -84,6 +85,8 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
   c.a_label = a.label;
   c.b_label = b.label;
   std::vector<Divergence> firsts;
+  int64_t top_k_missing = 0, digests_missing = 0;
+  std::string top_k_lacking, digests_lacking;  // a label that lacked them
   for (size_t p = 0; p < a.sequences.size(); ++p) {
     const SequenceOutput& sa = a.sequences[p];
     const SequenceOutput& sb = b.sequences[p];
@@ -129,6 +132,48 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
       }
     }
     c.sequences_diverged += token_changed;
+    // Top-k and digests: compared only where both sides carry one entry per token.
+    const size_t n = sa.tokens.size();
+    const bool top_a = sa.top_k_ids.size() == n && sa.top_k_values.size() == n;
+    const bool top_b = sb.top_k_ids.size() == n && sb.top_k_values.size() == n;
+    if (top_a && top_b) {
+      for (size_t step = 0; step < n; ++step) {
+        bool same = sa.top_k_ids[step] == sb.top_k_ids[step] &&
+                    sa.top_k_values[step].size() == sb.top_k_values[step].size();
+        for (size_t k = 0; same && k < sa.top_k_values[step].size(); ++k) {
+          same = std::bit_cast<uint32_t>(sa.top_k_values[step][k]) ==
+                 std::bit_cast<uint32_t>(sb.top_k_values[step][k]);
+        }
+        ++c.top_k_compared;
+        c.top_k_differ += !same;
+      }
+    } else if (asked.top_k > 0 && n > 0) {
+      top_k_missing += static_cast<int64_t>(n);
+      if (top_k_lacking.empty()) top_k_lacking = top_a ? b.label : a.label;
+    }
+    const bool digest_a = sa.row_digests.size() == n;
+    const bool digest_b = sb.row_digests.size() == n;
+    if (digest_a && digest_b && n > 0) {
+      for (size_t step = 0; step < n; ++step) {
+        ++c.row_digests_compared;
+        c.row_digests_differ += sa.row_digests[step] != sb.row_digests[step];
+      }
+    } else if (asked.row_digest && n > 0) {
+      digests_missing += static_cast<int64_t>(n);
+      if (digests_lacking.empty()) digests_lacking = digest_a ? b.label : a.label;
+    }
+  }
+  if (top_k_missing > 0) {
+    c.notes.push_back(
+        fmt::format("top_k: {} position(s) not compared: \"{}\" has no top-k (the "
+                    "engine did not report it)",
+                    top_k_missing, top_k_lacking));
+  }
+  if (digests_missing > 0) {
+    c.notes.push_back(
+        fmt::format("row_digest: {} position(s) not compared: \"{}\" has no row "
+                    "digests (the engine did not report them)",
+                    digests_missing, digests_lacking));
   }
   std::sort(firsts.begin(), firsts.end(), [](const Divergence& x, const Divergence& y) {
     return x.step != y.step ? x.step < y.step : x.prompt < y.prompt;
@@ -138,17 +183,36 @@ Comparison compare(const Generation& a, const Generation& b, std::string kind,
   return c;
 }
 
+Comparison unsupported_comparison(std::string kind, std::string a_label, std::string b_label,
+                                  std::string why) {
+  Comparison c;
+  c.kind = std::move(kind);
+  c.a_label = std::move(a_label);
+  c.b_label = std::move(b_label);
+  c.unsupported = why.empty() ? std::string("the engine cannot run it") : std::move(why);
+  return c;
+}
+
 std::string summarize(const Comparison& c) {
+  if (!c.unsupported.empty()) return "not compared: " + c.unsupported;
   std::string s;
   if (c.kind == "config") s = knob_change_text(c.knob_changes) + ": ";
   s += fmt::format("{}/{} logprobs differ, {}/{} greedy sequences changed", c.logprobs_differ,
                    c.logprobs_compared, c.sequences_diverged, c.sequences_compared);
-  if (c.identical()) return s;
-  s += fmt::format(", max |Δ| {:.3g}", c.max_abs_delta);
-  if (c.max_ulp == std::numeric_limits<uint64_t>::max()) {
-    s += ", NaN involved";
-  } else {
-    s += fmt::format(", max {} ulp", c.max_ulp);
+  if (c.tokens_differ != 0 || c.logprobs_differ != 0) {
+    s += fmt::format(", max |Δ| {:.3g}", c.max_abs_delta);
+    if (c.max_ulp == std::numeric_limits<uint64_t>::max()) {
+      s += ", NaN involved";
+    } else {
+      s += fmt::format(", max {} ulp", c.max_ulp);
+    }
+  }
+  // Only what was compared: reports and tables of plain scenarios read as before.
+  if (c.top_k_compared > 0) {
+    s += fmt::format("; top-k {}/{} differ", c.top_k_differ, c.top_k_compared);
+  }
+  if (c.row_digests_compared > 0) {
+    s += fmt::format("; row digests {}/{} differ", c.row_digests_differ, c.row_digests_compared);
   }
   return s;
 }
@@ -159,18 +223,26 @@ Verdict decide_verdict(const std::vector<Comparison>& comparisons) {
   }
   bool batch_differs = false;
   bool config_differs = false;
+  bool prefill_differs = false;
+  bool any_ran = false;
   for (const Comparison& c : comparisons) {
+    if (!c.unsupported.empty()) continue;  // it says why; the others decide
+    any_ran = true;
     if (c.identical()) continue;
     if (c.kind == "repeat" || c.kind == "fresh") return Verdict::nondeterministic;
     if (c.kind == "batch" || c.kind == "cache") {
       batch_differs = true;
     } else if (c.kind == "config") {
       config_differs = true;
+    } else if (c.kind == "prefill") {
+      prefill_differs = true;
     } else {
       throw std::invalid_argument("decide_verdict: unknown comparison kind \"" + c.kind + "\"");
     }
   }
+  if (!any_ran) return Verdict::unsupported;
   if (batch_differs) return Verdict::batch_variant;
+  if (prefill_differs) return Verdict::prefill_variant;
   return config_differs ? Verdict::config_variant : Verdict::invariant;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harness/generation.hpp"
+#include "spec/scenario.hpp"
 #include "spec/verdict.hpp"
 
 namespace bih {
@@ -40,7 +41,9 @@ struct Divergence {
 struct Comparison {
   // "batch" (bs=1 vs bs=N) | "repeat" (same process) | "fresh" (new process) | "cache" (the batch
   // cold vs the batch again on a warm prefix cache) | "config" (a generation vs the same-label
-  // generation of the matrix's reference configuration, harness/config_compare.hpp)
+  // generation of the matrix's reference configuration, harness/config_compare.hpp) | "prefill"
+  // (a generation vs its scoring in one prefill: tokens are decoded vs the prefill's argmax,
+  // logprobs the decoded token's in both)
   std::string kind;
   std::string a_label, b_label;
   int64_t tokens_compared = 0;     // positions (prompt, step) compared
@@ -61,13 +64,28 @@ struct Comparison {
     std::string key, value, reference_value;
   };
   std::vector<KnobChange> knob_changes;
+  // compare.top_k / row_digest: positions whose top-k lists (ids and value bits) or row digests
+  // were compared on both sides, and those that differ. 0 compared: not asked, or a side lacks them
+  // (then `notes` says which).
+  int64_t top_k_compared = 0;
+  int64_t top_k_differ = 0;
+  int64_t row_digests_compared = 0;
+  int64_t row_digests_differ = 0;
+  std::vector<std::string> notes;  // what was asked for but not compared, and why
+  // Non-empty: the comparison could not run (an engine that cannot score, for prefill), with the
+  // reason; its counts are all 0 and the verdict ignores it.
+  std::string unsupported;
 
-  bool identical() const { return tokens_differ == 0 && logprobs_differ == 0; }
+  bool identical() const {
+    return tokens_differ == 0 && logprobs_differ == 0 && top_k_differ == 0 &&
+           row_digests_differ == 0;
+  }
 };
 
 // The valid comparison kinds.
 inline const std::vector<std::string>& comparison_kinds() {
-  static const std::vector<std::string> kinds{"batch", "repeat", "fresh", "cache", "config"};
+  static const std::vector<std::string> kinds{"batch",  "repeat", "fresh",
+                                              "cache",  "config", "prefill"};
   return kinds;
 }
 
@@ -75,12 +93,20 @@ inline const std::vector<std::string>& comparison_kinds() {
 // same number of generated tokens per prompt, else InputError naming both labels and the JSON
 // pointer of the first mismatch. `kind` must be one of comparison_kinds() (std::invalid_argument
 // otherwise: that is a programming error, not user input).
+// `asked`: the scenario's compare keys; top-k and digests are compared where both sides have them,
+// and a note is added when they were asked for and a side lacks them.
 Comparison compare(const Generation& a, const Generation& b, std::string kind,
-                   size_t max_divergences = 16);
+                   size_t max_divergences = 16, const CompareSpec& asked = {});
+
+// A comparison that could not run: `kind`, the labels and why (Comparison::unsupported).
+Comparison unsupported_comparison(std::string kind, std::string a_label, std::string b_label,
+                                  std::string why);
 
 // One line: "1522/1536 logprobs differ, 11/64 greedy sequences changed, max |Δ| 0.031, max 4011
 // ulp". The magnitudes are left out when nothing differs. A "config" comparison starts with the
-// knobs that differ from the reference: "TP=4 vs TP=1: 1536/1536 logprobs differ, ...".
+// knobs that differ from the reference: "TP=4 vs TP=1: 1536/1536 logprobs differ, ...". Top-k and
+// digest counts follow when compared ("; top-k 3/24 differ; row digests 5/24 differ"); an
+// unsupported one reads "not compared: WHY".
 std::string summarize(const Comparison& c);
 
 // "TP=4, SP=on vs TP=1, SP=off": the knobs of a config comparison, this side then the reference's
@@ -92,9 +118,12 @@ std::string knob_change_text(const std::vector<Comparison::KnobChange>& changes)
 // nothing when the same batch cannot reproduce itself); else batch_variant if any "batch"
 // comparison differs, or a "cache" one (a prefix-cache hit moved the bits: the output depends on
 // what other requests ran before, which is batch dependence, not run-to-run noise); else
-// config_variant if any "config" comparison differs (a configuration's own variance is reported
-// first: against a reference it cannot reproduce itself, a config difference means little); else
-// invariant. error and unsupported come from the driver, not from here.
+// prefill_variant if any "prefill" comparison differs (decode is reproducible and batch
+// invariant, but scoring disagrees with it: the configuration's own variance, reported before the
+// reference's); else config_variant if any "config" comparison differs (against a reference it
+// cannot reproduce itself, a config difference means little); else invariant. Unsupported
+// comparisons are skipped; when every one is, the verdict is unsupported. error comes from the
+// driver, not from here.
 // An empty list throws std::invalid_argument: a plan with nothing to compare proves nothing.
 Verdict decide_verdict(const std::vector<Comparison>& comparisons);
 

@@ -235,7 +235,7 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
   const std::string scenario_file = (work / "scenario.json").string();
   write_file_atomically(scenario_file, report.scenario.dump(2));
 
-  const Plan plan = make_plan(scenario.plan, scenario.prefix_caching);
+  const Plan plan = make_plan(scenario.plan, scenario.prefix_caching, scenario.compare);
   const std::string exe = self_executable();
   // One worker process, or one per rank for NCCL ranks (rank r on GPU r, all joining one NCCL
   // communicator whose unique id the driver makes); the first failing rank stops its peers.
@@ -348,9 +348,26 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
                                  health.problems.size() - 1);
       }
     }
+    // compare.prefill: a scoring the engine could not run is named in meta.json with its reason.
+    std::map<std::string, std::string> scoring_unsupported;
+    for (const auto& entry : meta.value("scorings", nlohmann::json::array())) {
+      if (entry.contains("unsupported")) {
+        scoring_unsupported[entry.at("label").get<std::string>()] =
+            entry.at("unsupported").get<std::string>();
+      }
+    }
+    for (const ScoringSpec& scoring : plan.scorings) {
+      if (scoring_unsupported.count(scoring.label)) continue;
+      gens[scoring.label] = read_generation(work / generation_file_name(scoring.label));
+    }
     for (const ComparisonSpec& c : plan.comparisons) {
+      if (auto it = scoring_unsupported.find(c.b); it != scoring_unsupported.end()) {
+        outcome.comparisons.push_back(unsupported_comparison(c.kind, c.a, c.b, it->second));
+        continue;
+      }
       outcome.comparisons.push_back(compare(gens.at(c.a), gens.at(c.b), c.kind,
-                                            static_cast<size_t>(options.max_divergences)));
+                                            static_cast<size_t>(options.max_divergences),
+                                            scenario.compare));
     }
   } catch (const std::exception& e) {
     return finish(Verdict::error, std::string("reading the worker's output failed: ") + e.what());
@@ -412,11 +429,11 @@ int run_command(const RunOptions& options) {
   check_unique_ids(scenarios);
   check_checkpoints(scenarios);
   for (const Scenario& s : scenarios) {
-    if (make_plan(s.plan, s.prefix_caching).comparisons.empty()) {
+    if (make_plan(s.plan, s.prefix_caching, s.compare).comparisons.empty()) {
       throw InputError(s.source_file, "/plan",
                        "scenario " + s.id() +
                            " compares nothing; valid: at least two "
-                           "batch_sizes, repeats >= 2, or fresh_process true");
+                           "batch_sizes, repeats >= 2, fresh_process true or compare.prefill true");
     }
   }
   if (scenarios.empty()) {
@@ -553,8 +570,20 @@ int run_command(const RunOptions& options) {
     row.wall_s = o.wall_s;
     if (!o.localization.empty()) std::fprintf(stderr, "%s", o.localization.c_str());
     std::vector<std::pair<std::string, std::string>> summaries = o.resumed_summaries;
-    for (const Comparison& c : o.comparisons) summaries.emplace_back(c.kind, summarize(c));
-    for (const auto& [kind, summary] : summaries) {
+    const size_t resumed_count = summaries.size();
+    for (const Comparison& c : o.comparisons) {
+      summaries.emplace_back(c.kind, summarize(c));
+      if (c.kind == "prefill") {
+        row.notes.push_back("prefill vs decode, " + c.a_label + ": " + summarize(c));
+      }
+    }
+    for (size_t i = 0; i < summaries.size(); ++i) {
+      const auto& [kind, summary] = summaries[i];
+      // compare.prefill: a line of its own under the row, one per scored generation (added above
+      // for this run's comparisons; a resumed report's summaries carry no labels).
+      if (kind == "prefill" && i < resumed_count) {
+        row.notes.push_back("prefill vs decode: " + summary);
+      }
       // Show a differing comparison in preference to an identical one: batch and cache (warm vs
       // cold, also a dependence on other requests) in one column, repeat and fresh in the other.
       const bool differs = summary.rfind("0/", 0) != 0;
@@ -566,6 +595,14 @@ int run_command(const RunOptions& options) {
       if ((kind == "repeat" || kind == "fresh") && (row.repeat_summary.empty() || differs)) {
         row.repeat_summary = summary;
         row.repeat_kind = kind;
+      }
+    }
+    // What was asked for but could not be compared (an engine without top-k), once each.
+    for (const Comparison& c : o.comparisons) {
+      for (const std::string& note : c.notes) {
+        if (std::find(row.notes.begin(), row.notes.end(), note) == row.notes.end()) {
+          row.notes.push_back(note);
+        }
       }
     }
     row.reason = o.reason;

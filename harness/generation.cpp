@@ -121,8 +121,66 @@ std::vector<int32_t> read_token_ids(const ObjectReader& r, const std::string& ke
   return ids;
 }
 
+uint32_t read_bits(const ObjectReader& r, const json& v, const std::string& pointer) {
+  return static_cast<uint32_t>(r.checked_int(v, pointer, 0, std::numeric_limits<uint32_t>::max(),
+                                             "a float32 bit pattern (integer)"));
+}
+
+// The optional top-k and digest fields: one entry per generated token when present.
+void read_row_extras(const ObjectReader& r, SequenceOutput& s) {
+  if (r.has("top_k_ids") != r.has("top_k_bits")) {
+    r.fail(r.at(r.has("top_k_ids") ? "top_k_bits" : "top_k_ids"),
+           "top_k_ids and top_k_bits come together");
+  }
+  if (r.has("top_k_ids")) {
+    const json& ids = required_array(r, "top_k_ids");
+    const json& bits = required_array(r, "top_k_bits");
+    if (ids.size() != s.tokens.size() || bits.size() != s.tokens.size()) {
+      r.fail(r.at("top_k_ids"), "expected one top-k list per token (" +
+                                    std::to_string(s.tokens.size()) +
+                                    ") in top_k_ids and "
+                                    "top_k_bits");
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::string at_ids = r.at("top_k_ids") + "/" + std::to_string(i);
+      const std::string at_bits = r.at("top_k_bits") + "/" + std::to_string(i);
+      if (!ids[i].is_array() || !bits[i].is_array() || ids[i].size() != bits[i].size()) {
+        r.fail(at_ids, "expected two arrays of the same length (ids and their bit patterns)");
+      }
+      s.top_k_ids.emplace_back();
+      s.top_k_values.emplace_back();
+      for (size_t k = 0; k < ids[i].size(); ++k) {
+        s.top_k_ids.back().push_back(static_cast<int32_t>(
+            r.checked_int(ids[i][k], at_ids + "/" + std::to_string(k), 0,
+                          std::numeric_limits<int32_t>::max(), "a token id (integer)")));
+        s.top_k_values.back().push_back(
+            std::bit_cast<float>(read_bits(r, bits[i][k], at_bits + "/" + std::to_string(k))));
+      }
+    }
+  }
+  if (r.has("row_digests")) {
+    const json& digests = required_array(r, "row_digests");
+    if (digests.size() != s.tokens.size()) {
+      r.fail(r.at("row_digests"), "expected one digest per token (" +
+                                      std::to_string(s.tokens.size()) + "), found " +
+                                      std::to_string(digests.size()));
+    }
+    for (size_t i = 0; i < digests.size(); ++i) {
+      const std::string pointer = r.at("row_digests") + "/" + std::to_string(i);
+      const json& d = digests[i];
+      uint64_t value = 0;
+      if (!d.is_string() || !parse_digest(d.get<std::string>(), value)) {
+        r.fail(pointer, "expected 16 lower-case hex digits (a 64-bit digest), found " + d.dump());
+      }
+      s.row_digests.push_back(value);
+    }
+  }
+}
+
 SequenceOutput read_sequence(const json& j, const std::string& file, const std::string& pointer) {
-  ObjectReader r(j, file, pointer, {"prompt", "tokens", "logprob_bits", "logprobs"});
+  ObjectReader r(
+      j, file, pointer,
+      {"prompt", "tokens", "logprob_bits", "logprobs", "top_k_ids", "top_k_bits", "row_digests"});
   SequenceOutput s;
   s.prompt = read_token_ids(r, "prompt");
   s.tokens = read_token_ids(r, "tokens");
@@ -140,10 +198,30 @@ SequenceOutput read_sequence(const json& j, const std::string& file, const std::
     s.logprobs.push_back(std::bit_cast<float>(pattern));
   }
   // "logprobs" (decimal) is for people only: its presence is allowed, its content ignored.
+  read_row_extras(r, s);
   return s;
 }
 
 }  // namespace
+
+std::string digest_hex(uint64_t digest) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, digest >>= 4) out[i] = kDigits[digest & 0xf];
+  return out;
+}
+
+bool parse_digest(const std::string& text, uint64_t& out) {
+  if (text.size() != 16) return false;
+  uint64_t value = 0;
+  for (char c : text) {
+    int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (digit < 0) return false;
+    value = value << 4 | static_cast<uint64_t>(digit);
+  }
+  out = value;
+  return true;
+}
 
 nlohmann::json to_json(const Generation& g) {
   json sequences = json::array();
@@ -155,10 +233,26 @@ nlohmann::json to_json(const Generation& g) {
       // JSON has no NaN or infinity: null, explicitly, so the in-memory object matches the text.
       decimals.push_back(std::isfinite(lp) ? json(static_cast<double>(lp)) : json(nullptr));
     }
-    sequences.push_back({{"prompt", s.prompt},
-                         {"tokens", s.tokens},
-                         {"logprob_bits", std::move(bits)},
-                         {"logprobs", std::move(decimals)}});
+    json seq = {{"prompt", s.prompt},
+                {"tokens", s.tokens},
+                {"logprob_bits", std::move(bits)},
+                {"logprobs", std::move(decimals)}};
+    if (!s.top_k_ids.empty()) {
+      json top_bits = json::array();
+      for (const auto& values : s.top_k_values) {
+        json row = json::array();
+        for (float v : values) row.push_back(std::bit_cast<uint32_t>(v));
+        top_bits.push_back(std::move(row));
+      }
+      seq["top_k_ids"] = s.top_k_ids;
+      seq["top_k_bits"] = std::move(top_bits);
+    }
+    if (!s.row_digests.empty()) {
+      json digests = json::array();
+      for (uint64_t d : s.row_digests) digests.push_back(digest_hex(d));
+      seq["row_digests"] = std::move(digests);
+    }
+    sequences.push_back(std::move(seq));
   }
   json out = {{"schema", kGenerationSchema},
               {"label", g.label},
@@ -172,13 +266,15 @@ nlohmann::json to_json(const Generation& g) {
               {"sequences", std::move(sequences)}};
   // Only an engine that sends requests has them.
   if (g.max_in_flight > 0) out["requests_in_flight"] = g.max_in_flight;
+  if (!g.scores.empty()) out["scores"] = g.scores;
   return out;
 }
 
 Generation generation_from_json(const nlohmann::json& j, const std::string& file) {
-  ObjectReader r(j, file, "",
-                 {"schema", "label", "batch_size", "repeat", "fresh_process", "scenario_id",
-                  "wall_s", "steps", "tokens_processed", "requests_in_flight", "sequences"});
+  ObjectReader r(
+      j, file, "",
+      {"schema", "label", "batch_size", "repeat", "fresh_process", "scenario_id", "wall_s", "steps",
+       "tokens_processed", "requests_in_flight", "scores", "sequences"});
   if (r.has("schema") && r.get_string("schema", "") != kGenerationSchema) {
     r.fail(r.at("schema"),
            std::string("expected \"") + kGenerationSchema + "\", found " + j.at("schema").dump());
@@ -196,6 +292,7 @@ Generation generation_from_json(const nlohmann::json& j, const std::string& file
   g.steps = r.get_int("steps", 0, 0, kInt64Max);
   g.tokens_processed = r.get_int("tokens_processed", 0, 0, kInt64Max);
   g.max_in_flight = r.get_int("requests_in_flight", 0, 0, kInt64Max);
+  g.scores = r.get_string("scores", "");
   const json& sequences = required_array(r, "sequences");
   g.sequences.reserve(sequences.size());
   for (size_t i = 0; i < sequences.size(); ++i) {

@@ -26,6 +26,7 @@ table.env td:first-child { font-weight: 600; }
 .v-batch_variant { background-color: rgb(244, 162, 97); color: #4a1f00; }
 .v-nondeterministic { background-color: rgb(195, 166, 224); color: #2e0f4d; }
 .v-config_variant { background-color: rgb(233, 150, 200); color: #4d0f33; }
+.v-prefill_variant { background-color: rgb(146, 197, 222); color: #0a2f45; }
 .v-error { background-color: rgb(139, 0, 0); color: #ffffff; }
 .v-unsupported { background-color: rgb(208, 208, 208); color: #333333; }
 .no-report { color: #888; }
@@ -211,8 +212,8 @@ std::string render_html(const MatrixView& view) {
     out += "</ul>\n";
   }
   out += "<p class=\"legend\">";
-  for (const char* v : {"invariant", "batch_variant", "nondeterministic", "config_variant", "error",
-                        "unsupported"}) {
+  for (const char* v : {"invariant", "batch_variant", "nondeterministic", "config_variant",
+                        "prefill_variant", "error", "unsupported"}) {
     out += "<span class=\"" + verdict_class(v) + "\">" + v + "</span>";
   }
   out +=

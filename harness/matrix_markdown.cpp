@@ -10,8 +10,9 @@ namespace {
 // Colour squares next to the verdict word: colour helps, the word carries the meaning.
 std::string verdict_square(const std::string& verdict) {
   static const std::map<std::string, std::string> squares{
-      {"invariant", "🟩"},      {"batch_variant", "🟧"}, {"nondeterministic", "🟪"},
-      {"config_variant", "🟫"}, {"error", "🟥"},         {"unsupported", "⬜"},
+      {"invariant", "🟩"},       {"batch_variant", "🟧"},  {"nondeterministic", "🟪"},
+      {"config_variant", "🟫"},  {"prefill_variant", "🟦"}, {"error", "🟥"},
+      {"unsupported", "⬜"},
   };
   const auto it = squares.find(verdict);
   return it == squares.end() ? "?" : it->second;
@@ -137,7 +138,7 @@ std::string render_markdown(const MatrixView& view) {
   }
   out +=
       "Legend: 🟩 invariant · 🟧 batch_variant · 🟪 nondeterministic · "
-      "🟫 config_variant · 🟥 error · ⬜ unsupported. "
+      "🟫 config_variant · 🟦 prefill_variant · 🟥 error · ⬜ unsupported. "
       "Counts: logprobs whose bits differ / logprobs compared, bs=1 vs the batch "
       "(\"run to run\": the same batch twice). Each cell links to its details.\n\n";
 

@@ -79,7 +79,8 @@ nlohmann::json to_json(const Comparison& c) {
   json out = {{"kind", c.kind},
               {"a", c.a_label},
               {"b", c.b_label},
-              {"identical", c.identical()},
+              // An unsupported comparison compared nothing: neither identical nor not.
+              {"identical", c.unsupported.empty() ? json(c.identical()) : json()},
               {"summary", summarize(c)},
               {"tokens_compared", c.tokens_compared},
               {"tokens_differ", c.tokens_differ},
@@ -101,6 +102,15 @@ nlohmann::json to_json(const Comparison& c) {
     }
     out["knobs"] = std::move(knobs);
   }
+  // compare.top_k / row_digest / prefill: only where they apply, so other reports read as before.
+  if (c.top_k_compared > 0 || c.row_digests_compared > 0 || !c.notes.empty()) {
+    out["top_k_compared"] = c.top_k_compared;
+    out["top_k_differ"] = c.top_k_differ;
+    out["row_digests_compared"] = c.row_digests_compared;
+    out["row_digests_differ"] = c.row_digests_differ;
+  }
+  if (!c.notes.empty()) out["notes"] = c.notes;
+  if (!c.unsupported.empty()) out["unsupported"] = c.unsupported;
   return out;
 }
 
@@ -175,7 +185,8 @@ nlohmann::json read_report(const std::string& path) {
     throw InputError(path, "/id", "expected the scenario id, a non-empty string");
   }
   const char* kVerdicts =
-      "invariant, batch_variant, nondeterministic, config_variant, error or unsupported";
+      "invariant, batch_variant, nondeterministic, config_variant, prefill_variant, error or "
+      "unsupported";
   if (!j.contains("verdict") || !j["verdict"].is_string() ||
       !parse_verdict(j["verdict"].get<std::string>())) {
     throw InputError(path, "/verdict", std::string("expected one of ") + kVerdicts);

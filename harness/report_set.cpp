@@ -71,12 +71,31 @@ Verdict derive_verdict(const nlohmann::json& report, const std::string& path) {
     if (!c.contains("kind") || !c["kind"].is_string() ||
         std::find(kinds.begin(), kinds.end(), c["kind"].get<std::string>()) == kinds.end()) {
       throw InputError(path, pointer + "/kind",
-                       "expected one of batch, repeat, fresh, cache, config, found " +
+                       "expected one of batch, repeat, fresh, cache, config, prefill, found " +
                            (c.contains("kind") ? c["kind"].dump() : std::string("nothing")));
     }
     cmp.kind = c["kind"].get<std::string>();
     cmp.tokens_differ = count_at(c, "tokens_differ", path, pointer);
     cmp.logprobs_differ = count_at(c, "logprobs_differ", path, pointer);
+    // Optional: only reports of scenarios with compare.top_k / row_digest have them.
+    if (c.contains("top_k_differ")) cmp.top_k_differ = count_at(c, "top_k_differ", path, pointer);
+    if (c.contains("row_digests_differ")) {
+      cmp.row_digests_differ = count_at(c, "row_digests_differ", path, pointer);
+    }
+    if (c.contains("unsupported")) {
+      if (!c["unsupported"].is_string() || c["unsupported"].get<std::string>().empty()) {
+        throw InputError(path, pointer + "/unsupported",
+                         "expected the reason the comparison could not run, a non-empty string");
+      }
+      cmp.unsupported = c["unsupported"].get<std::string>();
+      if (cmp.tokens_differ != 0 || cmp.logprobs_differ != 0 || cmp.top_k_differ != 0 ||
+          cmp.row_digests_differ != 0) {
+        throw InputError(path, pointer,
+                         "an unsupported comparison compared nothing, yet its counts differ");
+      }
+      comparisons.push_back(std::move(cmp));
+      continue;
+    }
     if (c.contains("identical") &&
         (!c["identical"].is_boolean() || c["identical"].get<bool>() != cmp.identical())) {
       throw InputError(path, pointer + "/identical",
@@ -110,8 +129,9 @@ void check_report_verdict(const nlohmann::json& report, const std::string& path)
                        to_string(derived) +
                        "\" (decide_verdict: a differing repeat/fresh comparison makes "
                        "nondeterministic, else a differing batch/cache one batch_variant, else a "
-                       "differing config one config_variant, else invariant; an unhealthy output "
-                       "is error); refusing a report that "
+                       "differing prefill one prefill_variant, else a differing config one "
+                       "config_variant, else invariant; an unhealthy output is error); refusing a "
+                       "report that "
                        "contradicts itself: run the scenario again");
 }
 

@@ -13,9 +13,10 @@
 namespace bih {
 namespace {
 
-constexpr std::array<Verdict, 6> kAllVerdicts{
-    Verdict::invariant,      Verdict::batch_variant, Verdict::nondeterministic,
-    Verdict::config_variant, Verdict::error,         Verdict::unsupported};
+constexpr std::array<Verdict, 7> kAllVerdicts{
+    Verdict::invariant,      Verdict::batch_variant,   Verdict::nondeterministic,
+    Verdict::config_variant, Verdict::prefill_variant, Verdict::error,
+    Verdict::unsupported};
 
 // Terminal columns a string takes: one per code point (no wide characters appear in our cells),
 // so UTF-8 continuation bytes do not count.
@@ -39,6 +40,7 @@ const char* ansi_color(Verdict v) {
     case Verdict::nondeterministic:
       return "\x1b[31m";  // red
     case Verdict::config_variant:
+    case Verdict::prefill_variant:
       return "\x1b[35m";  // magenta
     case Verdict::error:
       return "\x1b[1;31m";  // bold red
@@ -121,11 +123,17 @@ std::string render_table(const std::vector<TableRow>& rows, bool color) {
     return out;
   };
   std::string out = line(header, nullptr);
-  for (size_t i = 0; i < cells.size(); ++i) out += line(cells[i], &rows[i].verdict);
+  for (size_t i = 0; i < cells.size(); ++i) {
+    out += line(cells[i], &rows[i].verdict);
+    for (const std::string& note : rows[i].notes) out += "    " + note + "\n";
+  }
 
   std::string summary = fmt::format("{} scenario{}:", rows.size(), rows.size() == 1 ? "" : "s");
   for (size_t i = 0; i < kAllVerdicts.size(); ++i) {
     if (kAllVerdicts[i] == Verdict::config_variant && !any_config) continue;
+    // Only scenarios with compare.prefill can be prefill_variant: other runs' totals stay as they
+    // were.
+    if (kAllVerdicts[i] == Verdict::prefill_variant && totals[kAllVerdicts[i]] == 0) continue;
     summary +=
         fmt::format("{} {} {}", i ? "," : "", totals[kAllVerdicts[i]], to_string(kAllVerdicts[i]));
   }

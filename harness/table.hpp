@@ -25,6 +25,9 @@ struct TableRow {
   // A matrix with a "compare" block: summarize() of the config comparison that differs (else the
   // first), or "the reference" for the reference itself; empty: not compared.
   std::string config_summary;
+  // Lines shown indented under the row: compare.prefill's comparisons ("prefill vs decode: ..."),
+  // and what compare.top_k / row_digest could not compare.
+  std::vector<std::string> notes;
 };
 
 // The expectation a run row is judged by: its `expect` (declared), else the default invariant.
@@ -40,7 +43,8 @@ bool should_use_color(int fd);
 // comparison says "fresh: "), a "vs reference" column when any row has a config_summary or is
 // config_variant, wall time. The totals count config_variant only in such a table. The last line
 // counts rows per verdict, the failures of check_expectation ("not as expected") and, when any, the
-// unchecked ones with their reasons. Every line ends with '\n'.
+// unchecked ones with their reasons. A row's notes follow it, each on its own line indented by four
+// blanks. prefill_variant is counted only when some row has it. Every line ends with '\n'.
 std::string render_table(const std::vector<TableRow>& rows, bool color = false);
 
 }  // namespace bih

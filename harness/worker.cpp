@@ -60,7 +60,7 @@ std::string generation_file_name(const std::string& label) {
 int run_worker(const WorkerArgs& args) {
   const nlohmann::json resolved = read_json_file(args.scenario_file);
   const Scenario s = scenario_from_json(resolved, args.scenario_file);
-  const Plan plan = make_plan(s.plan, s.prefix_caching);
+  const Plan plan = make_plan(s.plan, s.prefix_caching, s.compare);
   const auto& gens = args.fresh ? plan.fresh : plan.in_process;
 
   const bool writer = args.rank <= 0;  // NCCL ranks other than 0 compute but write nothing
@@ -112,6 +112,71 @@ int run_worker(const WorkerArgs& args) {
   meta["communicator"] = identity.details.value("communicator", "");
   meta["backend"] = identity.details.value("backend", "");
   meta["generations"] = nlohmann::json::array();
+  meta["scorings"] = nlohmann::json::array();
+  if (s.compare.top_k > 0 || s.compare.row_digest) {
+    engine->set_row_extras(RowExtras{s.compare.top_k, s.compare.row_digest});
+  }
+  // compare.prefill: `of` scored in one prefill per batch of scoring.batch_size, right after it
+  // ran. An engine that cannot score leaves no dump and its reason in meta.json; the driver then
+  // records that comparison as unsupported and decides the verdict from the others.
+  const auto run_scoring = [&](const ScoringSpec& scoring, const Generation& of) {
+    const std::string why = engine->score_unsupported_reason();
+    if (!why.empty()) {
+      meta["scorings"].push_back(
+          {{"label", scoring.label}, {"of", scoring.of}, {"unsupported", why}});
+      return;
+    }
+    progress(scoring.label + ": scoring " + scoring.of + " in one prefill");
+    Generation g;
+    g.label = scoring.label;
+    g.batch_size = scoring.batch_size;
+    g.scenario_id = s.id();
+    g.scores = scoring.of;
+    g.sequences.resize(of.sequences.size());
+    const auto start = std::chrono::steady_clock::now();
+    const size_t n = of.sequences.size();
+    for (size_t first = 0; first < n; first += scoring.batch_size) {
+      const size_t last = std::min(n, first + static_cast<size_t>(scoring.batch_size));
+      std::vector<ScoreRequest> requests;
+      for (size_t i = first; i < last; ++i) {
+        requests.push_back({of.sequences[i].prompt, of.sequences[i].tokens});
+      }
+      std::vector<SequenceResult> results;
+      try {
+        results = engine->score(requests);
+      } catch (const std::invalid_argument& e) {
+        throw InfraError(
+            fmt::format("{} (prompts {}..{}): {}", scoring.label, first, last - 1, e.what()));
+      }
+      if (results.size() != requests.size()) {
+        throw InfraError(fmt::format("engine {} scored {} sequences for a batch of {}",
+                                     identity.name, results.size(), requests.size()));
+      }
+      for (size_t i = first; i < last; ++i) {
+        SequenceResult& r = results[i - first];
+        if (r.tokens.size() != of.sequences[i].tokens.size() ||
+            r.logprobs.size() != r.tokens.size()) {
+          throw InfraError(fmt::format("engine {} scored {} positions of prompt {}, expected {}",
+                                       identity.name, r.tokens.size(), i,
+                                       of.sequences[i].tokens.size()));
+        }
+        SequenceOutput& out = g.sequences[i];
+        out.prompt = of.sequences[i].prompt;
+        out.tokens = std::move(r.tokens);
+        out.logprobs = std::move(r.logprobs);
+        out.top_k_ids = std::move(r.top_k_ids);
+        out.top_k_values = std::move(r.top_k_values);
+        out.row_digests = std::move(r.row_digests);
+      }
+    }
+    g.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (writer) {
+      write_file_atomically(
+          (std::filesystem::path(args.work_dir) / generation_file_name(g.label)).string(),
+          to_json(g).dump());
+    }
+    meta["scorings"].push_back({{"label", g.label}, {"of", g.scores}, {"wall_s", g.wall_s}});
+  };
 
   for (const GenerationSpec& spec : gens) {
     if (spec.batch_size == s.plan.batch_sizes.back() && spec.repeat == 0 && spec.cache != "warm") {
@@ -162,6 +227,9 @@ int run_worker(const WorkerArgs& args) {
         out.prompt = prompts[i];
         out.tokens = std::move(results[i - first].tokens);
         out.logprobs = std::move(results[i - first].logprobs);
+        out.top_k_ids = std::move(results[i - first].top_k_ids);
+        out.top_k_values = std::move(results[i - first].top_k_values);
+        out.row_digests = std::move(results[i - first].row_digests);
       }
       if (spec.batch_size == 1 && (last % 8 == 0 || last == prompts.size())) {
         progress(fmt::format("{}: {}/{} prompts", spec.label, last, total));
@@ -185,6 +253,11 @@ int run_worker(const WorkerArgs& args) {
                                    {"requests_in_flight", stats.max_in_flight},
                                    {"prefix_hit_tokens", stats.prefix_hit_tokens},
                                    {"cache", spec.cache}});
+    if (!args.fresh) {
+      for (const ScoringSpec& scoring : plan.scorings) {
+        if (scoring.of == g.label) run_scoring(scoring, g);
+      }
+    }
   }
   // Not a silent wait: an adapter may take its grace period to exit, and how it ended is recorded
   // (engine.shutdown in the report for an adapter).

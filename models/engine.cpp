@@ -195,6 +195,7 @@ StepReport Engine::step(GenerateStats* stats) {
     add_rows(i, std::min(s.prompt_len - s.num_computed, budget), false);
   }
   pad_step(step);
+  step.keep_logits = extras_.any();
   forward_->run(step);
   ++st.steps;
   st.rows += step.rows_padded;
@@ -211,6 +212,7 @@ StepReport Engine::step(GenerateStats* stats) {
     if (span.samples) {
       s.out.tokens.push_back(step.sampled[sample_index]);
       s.out.logprobs.push_back(step.sampled_logprob[sample_index]);
+      append_row_extras(step, sample_index, s.out);
       ++sample_index;
       s.tokens.push_back(s.out.tokens.back());
       finished[span.seq] = static_cast<int>(s.out.tokens.size()) == s.max_tokens;
@@ -265,6 +267,86 @@ std::vector<SequenceResult> Engine::generate(const std::vector<std::vector<int32
   std::vector<SequenceResult> results;
   results.reserve(ids.size());
   for (SequenceId id : ids) results.push_back(take(id));
+  return results;
+}
+
+void Engine::append_row_extras(const StepBatch& step, size_t row, SequenceResult& out) const {
+  if (!extras_.any()) return;
+  const size_t V = static_cast<size_t>(vocab_size_);
+  if (step.logits.size() < (row + 1) * V) {
+    throw std::logic_error("the forward backend returned no logits for the row extras");
+  }
+  const bf16* logits = step.logits.data() + row * V;
+  if (extras_.top_k > 0) {
+    out.top_k_ids.emplace_back();
+    out.top_k_values.emplace_back();
+    row_top_k(logits, vocab_size_, extras_.top_k, out.top_k_ids.back(), out.top_k_values.back());
+  }
+  if (extras_.row_digest) out.row_digests.push_back(row_digest(logits, vocab_size_));
+}
+
+std::vector<SequenceResult> Engine::score(const std::vector<ScoreRequest>& requests) {
+  if (!idle()) throw std::logic_error("score: the engine has sequences in flight");
+  if (static_cast<int>(requests.size()) > options_.max_num_seqs) {
+    throw std::invalid_argument(
+        "score: " + std::to_string(requests.size()) +
+        " sequences exceed max_num_seqs=" + std::to_string(options_.max_num_seqs));
+  }
+  for (const ScoreRequest& r : requests) {
+    if (r.tokens.empty()) throw std::invalid_argument("score: no tokens to score");
+    check_sequence("score", r.prompt, static_cast<int>(r.tokens.size()));
+    for (int32_t t : r.tokens) {
+      if (t < 0 || t >= vocab_size_) {
+        throw std::invalid_argument("score: forced token id " + std::to_string(t) +
+                                    " outside the vocabulary");
+      }
+    }
+  }
+  // Block tables first: the queries point into them, so they must not move.
+  std::vector<std::vector<int32_t>> tables(requests.size());
+  StepBatch step;
+  step.keep_logits = true;  // the forced token's logprob where the argmax differs
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const ScoreRequest& r = requests[i];
+    const int prompt_len = static_cast<int>(r.prompt.size());
+    const int T = prompt_len + static_cast<int>(r.tokens.size()) - 1;
+    blocks_.ensure_capacity(T, tables[i]);
+    for (int pos = 0; pos < T; ++pos) {
+      step.tokens.push_back(pos < prompt_len ? r.prompt[pos] : r.tokens[pos - prompt_len]);
+      step.positions.push_back(pos);
+      step.slots.push_back(static_cast<int64_t>(tables[i][pos / options_.block_size]) *
+                               options_.block_size +
+                           pos % options_.block_size);
+      step.queries.push_back(cpu::AttentionQuery{tables[i].data(), pos + 1, false});
+      if (pos >= prompt_len - 1)
+        step.logit_rows.push_back(static_cast<int>(step.tokens.size()) - 1);
+    }
+  }
+  pad_step(step);
+  try {
+    forward_->run(step);
+  } catch (...) {
+    for (auto& table : tables) blocks_.release(table);
+    throw;
+  }
+  for (auto& table : tables) blocks_.release(table);
+  std::vector<SequenceResult> results(requests.size());
+  size_t row = 0;
+  const size_t V = static_cast<size_t>(vocab_size_);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SequenceResult& out = results[i];
+    for (int32_t forced : requests[i].tokens) {
+      out.tokens.push_back(step.sampled[row]);
+      // Where the prefill agrees with the decode, its logprob is the backend's own sampled one
+      // (the value decode reported came from the same kernel); elsewhere it is computed here.
+      out.logprobs.push_back(
+          forced == step.sampled[row]
+              ? step.sampled_logprob[row]
+              : token_logprob(step.logits.data() + row * V, vocab_size_, forced));
+      append_row_extras(step, row, out);
+      ++row;
+    }
+  }
   return results;
 }
 

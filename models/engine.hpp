@@ -24,6 +24,7 @@
 #include "models/forward.hpp"
 #include "models/knobs.hpp"
 #include "models/kv_cache.hpp"
+#include "models/row_extras.hpp"
 #include "models/tp_shard.hpp"
 #include "models/trace.hpp"
 #include "models/weights.hpp"
@@ -33,6 +34,16 @@ namespace bih {
 struct SequenceResult {
   std::vector<int32_t> tokens;  // [max_tokens]
   std::vector<float> logprobs;  // [max_tokens]
+  // Only when asked for (RowExtras, row_extras.hpp); empty otherwise or when the engine cannot.
+  std::vector<std::vector<int32_t>> top_k_ids;   // [max_tokens][k] best ids, value desc
+  std::vector<std::vector<float>> top_k_values;  // [max_tokens][k] their logprobs
+  std::vector<uint64_t> row_digests;             // [max_tokens] row_digest of the step's logits
+};
+
+// A sequence to score: the prompt and the tokens forced after it (a generation's output).
+struct ScoreRequest {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> tokens;
 };
 
 struct GenerateStats {
@@ -108,6 +119,19 @@ class Engine {
   // runs cold.
   void reset_prefix_cache() { blocks_.reset_prefix_cache(); }
 
+  // What every later step reports besides token and logprob (top-k, row digest): from the next
+  // step on, for every sequence that samples in it.
+  void set_row_extras(RowExtras extras) { extras_ = extras; }
+  const RowExtras& row_extras() const { return extras_; }
+
+  // Teacher forcing, as a trainer scores text: every request's prompt + tokens (all but the last,
+  // whose row would predict nothing compared) in ONE prefill step, no prefix cache reuse. Per
+  // forced token: `tokens` is the prefill's greedy choice at that position (argmax, ties to the
+  // lowest id), `logprobs` the prefill's logprob OF THE FORCED TOKEN, and top-k / digests of the
+  // row as set_row_extras asks. The engine must be idle(); requests.size() <= max_num_seqs.
+  // Throws std::invalid_argument for requests check() would refuse or without tokens.
+  std::vector<SequenceResult> score(const std::vector<ScoreRequest>& requests);
+
   // One prefill of `tokens` (no cache reuse), returning the logits of every position: [T, V].
   std::vector<bf16> prefill_logits(const std::vector<int32_t>& tokens);
 
@@ -125,6 +149,8 @@ class Engine {
   };
 
   void pad_step(StepBatch& step) const;
+  // Appends logit row `row` of `step`'s extras (top-k, digest) to `out`, as extras_ asks.
+  void append_row_extras(const StepBatch& step, size_t row, SequenceResult& out) const;
   void check_sequence(const char* who, const std::vector<int32_t>& prompt, int max_tokens) const;
 
   int vocab_size_ = 0;
@@ -133,6 +159,7 @@ class Engine {
   BlockManager blocks_;
   TraceRequest trace_request_;
   TraceSink* trace_sink_ = nullptr;
+  RowExtras extras_;
   SequenceId next_id_ = 0;
   int next_index_ = 0;
   std::deque<Seq> waiting_;

@@ -66,6 +66,9 @@ struct StepBatch {
   std::vector<int32_t> sampled;        // [logit_rows] when sample
   std::vector<float> sampled_logprob;  // [logit_rows] when sample
   bool sample = true;
+  // With sample: also hand back the logit rows' full logits (the CPU backend always does; the
+  // CUDA one downloads them only when asked).
+  bool keep_logits = false;
   // Rows whose activations are captured (every row of the traced sequence in this step) and
   // their positions in the sequence.
   std::vector<int> trace_rows;

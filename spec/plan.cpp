@@ -31,7 +31,7 @@ struct SplitMix64 {
 
 }  // namespace
 
-Plan make_plan(const PlanSpec& spec, bool prefix_caching) {
+Plan make_plan(const PlanSpec& spec, bool prefix_caching, const CompareSpec& compare) {
   Plan plan;
   const int last = spec.batch_sizes.back();
   for (size_t i = 0; i + 1 < spec.batch_sizes.size(); ++i) {
@@ -61,6 +61,14 @@ Plan make_plan(const PlanSpec& spec, bool prefix_caching) {
     GenerationSpec warm{label_for(last, 0, false) + "(warm)", last, 0, false, "warm"};
     plan.in_process.push_back(warm);
     plan.comparisons.push_back({"cache", batch, warm.label});
+  }
+  if (compare.prefill) {
+    const auto add_scoring = [&plan](const std::string& of, int batch_size) {
+      plan.scorings.push_back({of + "(prefill)", of, batch_size});
+      plan.comparisons.push_back({"prefill", of, plan.scorings.back().label});
+    };
+    add_scoring(reference, spec.batch_sizes.front());
+    if (last != spec.batch_sizes.front()) add_scoring(batch, last);
   }
   return plan;
 }

@@ -32,8 +32,16 @@ struct GenerationSpec {
   std::string cache;
 };
 
+// compare.prefill: a generation scored again in one prefill (teacher forcing, Engine::score), in
+// batches of that generation's batch size (so "bs=1" scores each sequence alone).
+struct ScoringSpec {
+  std::string label;  // "bs=1(prefill)"
+  std::string of;     // the scored generation's label, "bs=1"
+  int batch_size = 1;
+};
+
 struct ComparisonSpec {
-  std::string kind;  // "batch" | "repeat" | "fresh" | "cache"
+  std::string kind;  // "batch" | "repeat" | "fresh" | "cache" | "prefill"
   std::string a;     // labels
   std::string b;
 };
@@ -41,11 +49,14 @@ struct ComparisonSpec {
 struct Plan {
   std::vector<GenerationSpec> in_process;  // run by one worker, in order
   std::vector<GenerationSpec> fresh;       // run by a second worker
+  std::vector<ScoringSpec> scorings;  // run by the first worker right after the generation scored
   std::vector<ComparisonSpec> comparisons;
 };
 
 // `prefix_caching`: the scenario's prefix_caching.enabled (adds the cache states above).
-Plan make_plan(const PlanSpec& spec, bool prefix_caching);
+// `compare.prefill`: the reference generation scored ("bs=1(prefill)", comparison prefill "bs=1"
+// vs "bs=1(prefill)") and, when the last batch size differs, the batch one ("bs=64(prefill)").
+Plan make_plan(const PlanSpec& spec, bool prefix_caching, const CompareSpec& compare = {});
 
 // The prompts of a plan: read from prompts.file (resolved against the scenario file's folder), or
 // synthetic: lengths uniform in [min_len, max_len], ids uniform in [0, vocab_size), from the seed.

@@ -41,6 +41,7 @@ const std::vector<std::string> kTopKeys{"name",
                                         "timeout_s",
                                         "expect",
                                         "localize",
+                                        "compare",
                                         "debug",
                                         "engine"};
 const std::vector<std::string> kModelKeys{"preset", "path", "seed"};
@@ -54,6 +55,8 @@ const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",    "batc
                                          "fresh_process", "max_model_len", "max_num_seqs"};
 const std::vector<std::string> kPromptKeys{"count", "min_len", "max_len", "seed", "file"};
 const std::vector<std::string> kDebugKeys{"fault"};
+const std::vector<std::string> kCompareKeys{"prefill", "top_k", "row_digest"};
+constexpr int kMaxCompareTopK = 20;  // models/row_extras.hpp's kMaxTopK
 const std::vector<std::string> kEngineKeys{
     "kind",         "name",    "command",      "cwd",
     "env",          "options", "model_format", "reply_timeout_s",
@@ -96,6 +99,7 @@ const std::vector<std::pair<std::string, const std::vector<std::string>*>>& obje
       {"chunked_prefill", &kChunkedPrefillKeys},
       {"plan", &kPlanKeys},
       {"plan.prompts", &kPromptKeys},
+      {"compare", &kCompareKeys},
       {"debug", &kDebugKeys},
       {"engine", &kEngineKeys}};
   return tables;
@@ -940,8 +944,9 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
     s.timeout_s = v->get<double>();
   }
   if (const json* v = find(j, "expect"); v && !v->is_null()) {
-    const std::vector<std::string> verdicts{"invariant",      "batch_variant", "nondeterministic",
-                                            "config_variant", "error",         "unsupported"};
+    const std::vector<std::string> verdicts{
+        "invariant",       "batch_variant", "nondeterministic", "config_variant",
+        "prefill_variant", "error",         "unsupported"};
     std::string text;
     read_string(j, at, "expect", text, "one of " + quoted_list(verdicts) + ", or null");
     s.expect = parse_verdict(text);
@@ -952,6 +957,13 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
     }
   }
   read_bool(j, at, "localize", s.localize);
+  if (const json* v = find(j, "compare")) {
+    const Cursor c_at = at.at("compare");
+    check_object(*v, c_at, kCompareKeys);
+    read_bool(*v, c_at, "prefill", s.compare.prefill);
+    read_int(*v, c_at, "top_k", s.compare.top_k, 0, kMaxCompareTopK);
+    read_bool(*v, c_at, "row_digest", s.compare.row_digest);
+  }
   if (const json* v = find(j, "engine")) parse_engine(*v, at.at("engine"), s);
   s.knobs_set = knobs_set_in(j);
   if (const json* v = find(j, "debug")) {
@@ -977,6 +989,13 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
 }
 
 namespace {
+
+// compare's id parts, only for what is on: a scenario without `compare` keeps its id.
+void append_compare_parts(const CompareSpec& c, std::vector<std::string>& parts) {
+  if (c.prefill) parts.push_back("prefill=on");
+  if (c.top_k > 0) parts.push_back("top_k=" + std::to_string(c.top_k));
+  if (c.row_digest) parts.push_back("digest=on");
+}
 
 bool is_set(const std::vector<std::string>& knobs_set, const std::string& dotted) {
   return std::find(knobs_set.begin(), knobs_set.end(), dotted) != knobs_set.end();
@@ -1063,6 +1082,7 @@ static std::string external_engine_id(const Scenario& s, const std::string& mode
     parts.push_back("dialect=" + s.engine.dialect);
     parts.push_back("batching=" + s.engine.batching);
   }
+  append_compare_parts(s.compare, parts);
   if (!s.fault.empty()) parts.push_back("fault=" + s.fault);
   return join(parts, ",");
 }
@@ -1105,6 +1125,7 @@ std::string Scenario::id() const {
   if (prefix_caching && block_size != kDefaultBlockSize) {
     parts.push_back("block=" + std::to_string(block_size));
   }
+  append_compare_parts(compare, parts);
   if (!fault.empty()) parts.push_back("fault=" + fault);
   return join(parts, ",");
 }
@@ -1179,6 +1200,12 @@ json Scenario::to_json() const {
            {"localize", localize},
            {"debug", {{"fault", fault.empty() ? "none" : fault}}},
            {"engine", engine_json}};
+  // Only when something is on: resolved scenarios (and reports resumed from them) stay as they
+  // were.
+  if (compare.any()) {
+    out["compare"] = {
+        {"prefill", compare.prefill}, {"top_k", compare.top_k}, {"row_digest", compare.row_digest}};
+  }
   if (engine.is_bih()) return out;
   // An external engine keeps its own defaults: only the knobs the input set stay.
   for (const std::string& section : kKnobSections) {

@@ -44,6 +44,15 @@ struct PlanSpec {
   int max_num_seqs = 64;
 };
 
+// What is compared beyond the sampled tokens and their logprobs (docs/prefill-and-top-k.md).
+// All off by default, and then absent from ids and the resolved scenario.
+struct CompareSpec {
+  bool prefill = false;     // score the generations in one prefill: comparison kind "prefill"
+  int top_k = 0;            // per step the k best ids and their values (0: off, at most 20)
+  bool row_digest = false;  // per step a 64-bit digest of the whole logits row
+  bool any() const { return prefill || top_k > 0 || row_digest; }
+};
+
 // Which engine runs the plan (DESIGN.md, "Engines under test"). kind "bih" is our own engine and
 // leaves every id as it was; kind "command" runs an adapter speaking bih.engine/1
 // (docs/engine-protocol.md) and its ids end in ",engine=<name>".
@@ -99,6 +108,7 @@ struct Scenario {
   std::vector<std::string> knobs_set;
   double timeout_s = 600;
   std::optional<Verdict> expect;
+  CompareSpec compare;
   bool localize = false;  // run `bih explain` on the report when the verdict is not invariant
   std::string fault;      // test-only ("debug.fault"): "", "crash", "abort", "hang", "exit"
   // A configuration of a matrix file with a "compare" block (docs/config-comparison.md): the

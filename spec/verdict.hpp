@@ -8,11 +8,14 @@
 
 namespace bih {
 
+// prefill_variant: decode is batch invariant and reproducible, but scoring the same tokens in one
+// prefill (compare.prefill, docs/prefill-and-top-k.md) gives other bits or another argmax.
 enum class Verdict {
   invariant,
   batch_variant,
   nondeterministic,
   config_variant,
+  prefill_variant,
   error,
   unsupported
 };
@@ -27,6 +30,8 @@ inline std::string to_string(Verdict v) {
       return "nondeterministic";
     case Verdict::config_variant:
       return "config_variant";
+    case Verdict::prefill_variant:
+      return "prefill_variant";
     case Verdict::error:
       return "error";
     case Verdict::unsupported:
@@ -37,7 +42,8 @@ inline std::string to_string(Verdict v) {
 
 inline std::optional<Verdict> parse_verdict(std::string_view s) {
   for (Verdict v : {Verdict::invariant, Verdict::batch_variant, Verdict::nondeterministic,
-                    Verdict::config_variant, Verdict::error, Verdict::unsupported}) {
+                    Verdict::config_variant, Verdict::prefill_variant,
+                    Verdict::error, Verdict::unsupported}) {
     if (s == to_string(v)) return v;
   }
   return std::nullopt;

@@ -15,6 +15,13 @@
 // no penalties), and the addon computes expf(logit - max) / sum over the full vocabulary in float.
 // It reaches JS as a double holding that float exactly, so its float32 bits are sent.
 //
+// compare.top_k (capabilities.top_k): node-llama-cpp's probabilities list of each step (the
+// same softmax over the full vocabulary), the k best re-sorted by (probability desc, id asc) so
+// that ties go to the lower id; values are probabilities, like the sampled token's. row_digest is
+// not offered: node-llama-cpp hands JS no raw logits row, and a digest of the probabilities would
+// not be the documented one. score is not offered either (controlledEvaluate could teacher-force
+// a sequence; not done yet), so compare.prefill records its comparison as unsupported.
+//
 // stdout carries protocol lines only: llama.cpp's log goes through node-llama-cpp's logger to
 // stderr, and console.log/info/debug are sent to stderr too (before the library is loaded).
 import { readFileSync } from "node:fs";
@@ -210,7 +217,7 @@ class Engine {
       engine: { name: "llama.cpp", version: release.release },
       adapter: ADAPTER,
       value: "probability",
-      capabilities: { reset_cache: true },
+      capabilities: { reset_cache: true, top_k: true },
       settings: {
         llamaCppRepo: release.repo,
         llamaCppRelease: release.release,
@@ -240,6 +247,7 @@ class Engine {
 
   async generate(request) {
     const { prompts, max_tokens: maxTokens } = request;
+    const topK = Number.isInteger(request.top_k) ? request.top_k : 0;
     if (request.greedy !== true || request.ignore_eos !== true) {
       throw new Error("only greedy: true with ignore_eos: true is implemented");
     }
@@ -269,21 +277,32 @@ class Engine {
       const runOne = async (prompt, sequence) => {
         const tokens = [];
         const values = [];
+        const topIds = [];
+        const topValues = [];
         const steps = sequence.evaluateWithMetadata(
           prompt,
-          { confidence: true },
+          { confidence: true, probabilities: topK > 0 },
           { temperature: 0, yieldEogToken: true },
         );
-        for await (const { token, confidence } of steps) {
+        for await (const { token, confidence, probabilities } of steps) {
           tokens.push(token);
           values.push(float32Bits(confidence));
+          if (topK > 0) {
+            const best = [...probabilities.entries()]
+              .sort((a, b) => b[1] - a[1] || a[0] - b[0])
+              .slice(0, topK);
+            topIds.push(best.map(([id]) => id));
+            topValues.push(best.map(([, p]) => float32Bits(p)));
+          }
           if (++done % 64 === 0) send({ type: "progress", text: `${done}/${total} tokens` });
           if (tokens.length === maxTokens) break;
         }
         if (tokens.length !== maxTokens) {
           throw new Error(`a sequence stopped after ${tokens.length} of ${maxTokens} tokens`);
         }
-        return { tokens, values };
+        return topK > 0
+          ? { tokens, values, top_k_ids: topIds, top_k_values: topValues }
+          : { tokens, values };
       };
       const results = await Promise.all(prompts.map((p, i) => runOne(p, sequences[i])));
       clean = true;

@@ -2,7 +2,8 @@
 
 An adapter subclasses Adapter and calls run(MyAdapter()). The loop (docs/engine-protocol.md)
 reads JSON lines from stdin, answers init with hello (or unsupported / error), each generate with
-result (or error), and returns on shutdown or end of input. Only protocol lines reach the real
+result (or error), each score with result when the adapter can score (Adapter.score), and returns
+on shutdown or end of input. Only protocol lines reach the real
 stdout: anything a library prints -- Python's sys.stdout and, when run() owns the process's
 stdout, the file descriptor 1 that C extensions write to -- is sent to stderr, bih's log.
 
@@ -46,6 +47,20 @@ class Adapter:
         self.last_stats = {"steps": N, "rows": N} for the result's stats."""
         raise NotImplementedError
 
+    # compare.top_k / row_digest (docs/prefill-and-top-k.md): set by the loop before each generate
+    # and score call; an adapter that announced capabilities.top_k / row_digest in start's hello
+    # returns, per sequence, a third element {"top_k_ids", "top_k_values", "row_digests"} (see
+    # top_k_of and row_digest below). 0 / False: not asked.
+    request_top_k = 0
+    request_row_digest = False
+
+    def score(self, sequences):
+        """Scores each (prompt, tokens) pair in ONE prefill over prompt + tokens (teacher forcing);
+        returns per pair (tokens, values[, extras]) with one entry per forced token: the prefill's
+        argmax (ties to the lowest id) and the forced token's value. Override it only if the
+        engine can: the loop then announces capabilities.score in hello."""
+        raise NotImplementedError
+
     def reset_cache(self):
         """Empties the engine's prefix (KV) cache, so that the next generate runs cold. Override
         it only if the engine can: the loop then announces capabilities.reset_cache in hello and
@@ -61,6 +76,48 @@ def float32_bits(value):
     if isinstance(value, str):
         return value  # already a bit pattern
     return "0x%08x" % struct.unpack("<I", struct.pack("<f", float(value)))[0]
+
+
+def top_k_of(logprobs, k):
+    """The k best (id, value) of one row (value descending, ties to the lower id) as two lists."""
+    order = sorted(range(len(logprobs)), key=lambda j: (-logprobs[j], j))[:k]
+    return [int(j) for j in order], [logprobs[j] for j in order]
+
+
+def row_digest(logits):
+    """FNV-1a 64 over the row's float32 bit patterns, one 32-bit word at a time in id order
+    (h = (h ^ word) * 0x100000001b3 mod 2^64 from 0xcbf29ce484222325), as 16 hex digits: what
+    bih's engine computes (models/row_extras.hpp). `logits` are floats, or float32 bit patterns
+    as "0x%08x" strings or as ints (an int is always a bit pattern, never a value)."""
+    h = 0xCBF29CE484222325
+    for v in logits:
+        if isinstance(v, str):
+            word = int(v, 16)
+        elif isinstance(v, int):
+            word = v & 0xFFFFFFFF
+        else:
+            word = struct.unpack("<I", struct.pack("<f", float(v)))[0]
+        h = ((h ^ word) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def _extras_json(i, extras, lengths_expected):
+    """The optional fields of one result sequence, checked before bih sees them."""
+    out = {}
+    if not extras:
+        return out
+    if "top_k_ids" in extras or "top_k_values" in extras:
+        ids = [[int(t) for t in row] for row in extras["top_k_ids"]]
+        values = [[float32_bits(v) for v in row] for row in extras["top_k_values"]]
+        if len(ids) != lengths_expected or len(values) != lengths_expected:
+            raise ValueError("sequence %d has %d top-k lists; expected %d" % (i, len(ids), lengths_expected))
+        out["top_k_ids"], out["top_k_values"] = ids, values
+    if "row_digests" in extras:
+        digests = [str(d) for d in extras["row_digests"]]
+        if len(digests) != lengths_expected:
+            raise ValueError("sequence %d has %d row digests; expected %d" % (i, len(digests), lengths_expected))
+        out["row_digests"] = digests
+    return out
 
 
 class _Writer:
@@ -94,18 +151,24 @@ def _last_line(exc):
 
 
 def _result(request_id, outputs, prompts, max_tokens, stats):
+    """max_tokens: an int (generate) or one count per sequence (score)."""
     if len(outputs) != len(prompts):
         raise ValueError("adapter returned %d sequences for %d prompts" % (len(outputs), len(prompts)))
+    lengths = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompts)
     sequences = []
-    for i, (tokens, values) in enumerate(outputs):
+    for i, output in enumerate(outputs):
+        tokens, values = output[0], output[1]
+        extras = output[2] if len(output) > 2 else None
         tokens = [int(t) for t in tokens]
         values = [float32_bits(v) for v in values]
-        if len(tokens) != max_tokens or len(values) != max_tokens:
+        if len(tokens) != lengths[i] or len(values) != lengths[i]:
             raise ValueError(
                 "sequence %d has %d tokens and %d values; expected %d of each"
-                % (i, len(tokens), len(values), max_tokens)
+                % (i, len(tokens), len(values), lengths[i])
             )
-        sequences.append({"tokens": tokens, "values": values})
+        sequence = {"tokens": tokens, "values": values}
+        sequence.update(_extras_json(i, extras, lengths[i]))
+        sequences.append(sequence)
     message = {"type": "result", "id": request_id, "sequences": sequences}
     if stats:
         message["stats"] = stats
@@ -146,6 +209,8 @@ def _serve(adapter, lines, writer):
     capabilities = dict(hello.get("capabilities", {}))
     if type(adapter).reset_cache is not Adapter.reset_cache:
         capabilities.setdefault("reset_cache", True)
+    if type(adapter).score is not Adapter.score:
+        capabilities.setdefault("score", True)
     if capabilities:
         message["capabilities"] = capabilities
     writer.send(message)
@@ -168,12 +233,25 @@ def _serve(adapter, lines, writer):
             except Exception as e:  # noqa: BLE001
                 writer.send({"type": "error", "message": _last_line(e)})
             continue
+        if kind == "score" and message.get("capabilities", {}).get("score"):
+            request_id = request.get("id")
+            try:
+                pairs = [(s["prompt"], s["tokens"]) for s in request["sequences"]]
+                adapter.request_top_k = int(request.get("top_k", 0))
+                adapter.request_row_digest = bool(request.get("row_digest", False))
+                outputs = adapter.score(pairs)
+                writer.send(_result(request_id, outputs, pairs, [len(t) for _, t in pairs], None))
+            except Exception as e:  # noqa: BLE001
+                writer.send({"type": "error", "id": request_id, "message": _last_line(e)})
+            continue
         if kind != "generate":
             writer.send({"type": "error", "message": "unexpected message type %r" % kind})
             continue
         request_id = request.get("id")
         try:
             prompts, max_tokens = request["prompts"], int(request["max_tokens"])
+            adapter.request_top_k = int(request.get("top_k", 0))
+            adapter.request_row_digest = bool(request.get("row_digest", False))
             adapter.last_stats = None
             outputs = adapter.generate(prompts, max_tokens)
             writer.send(_result(request_id, outputs, prompts, max_tokens, adapter.last_stats))

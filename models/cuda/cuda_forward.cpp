@@ -628,12 +628,13 @@ void CudaForward::Impl::logits_and_sample(int index, StepBatch& step) {
                                   cudaMemcpyDeviceToDevice, s));
     }
   }
-  if (!step.sample) {
+  // keep_logits: the rows also come back when sampling (compare.top_k / row_digest, scoring).
+  if (!step.sample || step.keep_logits) {
     step.logits.resize(static_cast<size_t>(Ms) * V);
     cudaCheck(cudaMemcpyAsync(step.logits.data(), logits, step.logits.size() * sizeof(bf16),
                               cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
-    return;
+    if (!step.sample) return;
   }
   mark(r, step, "greedy_sample");
   greedy_sample(logits, Ms, V, r.sampled.get(), r.logprobs.get(), r.sample_scratch.get(), s);

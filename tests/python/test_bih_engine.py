@@ -119,6 +119,53 @@ class ProtocolLoop(unittest.TestCase):
         self.assertEqual(lines[4], {"type": "error", "message": "RuntimeError: cache locked"})
         self.assertEqual(adapter.resets, 2)
 
+    def test_score_is_announced_and_answered_only_when_implemented(self):
+        # Echo does not override score: no capability, and a score request is refused.
+        request = {"type": "score", "id": 3, "sequences": [{"prompt": [5, 1], "tokens": [2, 7]}]}
+        _, lines, _ = exchange(Echo(), INIT, request, {"type": "shutdown"})
+        self.assertNotIn("capabilities", lines[0])
+        self.assertEqual(lines[1]["type"], "error")
+
+        class Scorer(Echo):
+            asked = None
+
+            def score(self, sequences):
+                self.asked = (sequences, self.request_top_k, self.request_row_digest)
+                out = []
+                for prompt, tokens in sequences:
+                    logprobs = [-1.0, -0.5, -0.5, -3.0]  # a tie: ids 1 and 2
+                    ids, values = bih_engine.top_k_of(logprobs, self.request_top_k)
+                    out.append(([prompt[0]] * len(tokens), [-0.5] * len(tokens),
+                                {"top_k_ids": [ids] * len(tokens),
+                                 "top_k_values": [values] * len(tokens),
+                                 "row_digests": [bih_engine.row_digest(logprobs)] * len(tokens)}))
+                return out
+
+        adapter = Scorer()
+        request.update({"top_k": 2, "row_digest": True})
+        _, lines, _ = exchange(adapter, INIT, request, {"type": "shutdown"})
+        self.assertEqual(lines[0]["capabilities"], {"score": True})
+        self.assertEqual(adapter.asked, ([([5, 1], [2, 7])], 2, True))
+        result = lines[1]
+        self.assertEqual(result["type"], "result")
+        self.assertEqual(result["id"], 3)
+        seq = result["sequences"][0]
+        self.assertEqual(seq["tokens"], [5, 5])
+        self.assertEqual(seq["values"], ["0xbf000000", "0xbf000000"])
+        # Value descending, the tie to the lower id.
+        self.assertEqual(seq["top_k_ids"], [[1, 2], [1, 2]])
+        self.assertEqual(seq["top_k_values"], [["0xbf000000", "0xbf000000"]] * 2)
+        self.assertEqual(len(seq["row_digests"]), 2)
+        self.assertRegex(seq["row_digests"][0], "^[0-9a-f]{16}$")
+
+    def test_row_digest_is_fnv1a_over_float32_words(self):
+        # One word by hand: (offset ^ 0x3f800000) * prime mod 2^64.
+        expected = ((0xCBF29CE484222325 ^ 0x3F800000) * 0x100000001B3) & (2**64 - 1)
+        self.assertEqual(bih_engine.row_digest([1.0]), "%016x" % expected)
+        self.assertEqual(bih_engine.row_digest(["0x3f800000"]), "%016x" % expected)
+        self.assertEqual(bih_engine.row_digest([0x3F800000]), "%016x" % expected)
+        self.assertNotEqual(bih_engine.row_digest([0.0]), bih_engine.row_digest([-0.0]))
+
     def test_float32_bits(self):
         self.assertEqual(bih_engine.float32_bits(1.0), "0x3f800000")
         self.assertEqual(bih_engine.float32_bits(-0.0), "0x80000000")
