@@ -987,6 +987,15 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
   read_bool(j, at, "localize", s.localize);
   if (const json* v = find(j, "engine")) parse_engine(*v, at.at("engine"), s);
   s.knobs_set = knobs_set_in(j);
+  if (s.kernels == KernelFamily::tp_invariant) {
+    // The row-parallel sums are the chunk tree's whatever the orders say; left unset, the orders
+    // resolve to `fixed` (a fixed order the tree continues) so that the id does not name a ring.
+    const auto unset = [&](const char* dotted) {
+      return std::find(s.knobs_set.begin(), s.knobs_set.end(), dotted) == s.knobs_set.end();
+    };
+    if (unset("collectives.all_reduce")) s.all_reduce = ReduceOrder::fixed;
+    if (unset("collectives.reduce_scatter")) s.reduce_scatter = ReduceOrder::fixed;
+  }
   if (const json* v = find(j, "debug")) {
     const Cursor d_at = at.at("debug");
     check_object(*v, d_at, kDebugKeys);
@@ -1105,10 +1114,8 @@ std::string tp_invariant_collectives_refusal(const Scenario& s) {
   const std::pair<const char*, ReduceOrder> orders[] = {{"all_reduce", s.all_reduce},
                                                         {"reduce_scatter", s.reduce_scatter}};
   for (const auto& [name, order] : orders) {
-    const std::string key = std::string("collectives.") + name;
-    const bool set = std::find(s.knobs_set.begin(), s.knobs_set.end(), key) != s.knobs_set.end();
-    if (set && order != ReduceOrder::fixed && order != ReduceOrder::tree) {
-      return key + " " + to_string(order) +
+    if (order != ReduceOrder::fixed && order != ReduceOrder::tree) {
+      return std::string("collectives.") + name + " " + to_string(order) +
              ": kernels tp_invariant sums the ranks' fp32 partials in its fixed chunk tree "
              "(only 'fixed' or 'tree' are accepted, both meaning that tree)";
     }

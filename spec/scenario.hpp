@@ -129,10 +129,10 @@ std::vector<std::string> scenario_dotted_keys();
 bool is_scenario_dotted_key(const std::string& dotted);
 
 // kernels tp_invariant reduces the row-parallel partials by its chunk tree over fp32
-// (models/tree_sum.hpp), whatever collectives.* say. At tp > 1 an explicitly set all_reduce or
-// reduce_scatter order other than `fixed` or `tree` (the two that name a fixed order the tree
-// continues) cannot be honoured: the reason, for the engine to answer `unsupported`; "" otherwise
-// (also for the unset defaults, which simply do not apply). all_gather is a copy: any order.
+// (models/tree_sum.hpp), whatever collectives.* say; scenario_from_json resolves unset all_reduce
+// and reduce_scatter orders to `fixed` under it. At tp > 1 an order other than `fixed` or `tree`
+// (the two that name a fixed order the tree continues) cannot be honoured: the reason, for the
+// engine to answer `unsupported`; "" otherwise. all_gather is a copy: any order.
 std::string tp_invariant_collectives_refusal(const Scenario& s);
 
 // Parses and validates one scenario object. `file` names the source in errors; `pointer` is the

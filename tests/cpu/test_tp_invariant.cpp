@@ -24,6 +24,7 @@
 #include "models/weights.hpp"
 #include "run_bih.hpp"
 #include "spec/plan.hpp"
+#include "spec/scenario.hpp"
 #include "test_util.hpp"
 
 namespace bih {
@@ -222,6 +223,57 @@ TEST(TpInvariantCollective, TreeOverEightRanksIsTheChunkTree) {
   EXPECT_THROW(tree_f32_sum(inputs, 0, 1, &out), std::invalid_argument);
 }
 
+// ---- scenario validation ------------------------------------------------------------------------
+
+// A config-only checkpoint folder (enough for validation) with the given sizes.
+std::string config_folder(const std::string& name, int hidden, int heads, int head_dim,
+                          int intermediate, int vocab) {
+  const auto dir = testing::fresh_dir("tp-invariant-" + name);
+  const json config = {{"architectures", {"Qwen3ForCausalLM"}},
+                       {"model_type", "qwen3"},
+                       {"hidden_size", hidden},
+                       {"num_hidden_layers", 1},
+                       {"num_attention_heads", heads},
+                       {"num_key_value_heads", heads},
+                       {"head_dim", head_dim},
+                       {"intermediate_size", intermediate},
+                       {"vocab_size", vocab},
+                       {"rms_norm_eps", 1e-6},
+                       {"rope_theta", 10000},
+                       {"max_position_embeddings", 512},
+                       {"tie_word_embeddings", true}};
+  std::ofstream(dir / "config.json") << config.dump(2);
+  return dir.string();
+}
+
+TEST(TpInvariantScenario, AKThatDoesNotSplitIntoEightChunksIsAnInputError) {
+  const std::string path = config_folder("k", 100, 5, 20, 300, 64);
+  const std::string e = testing::input_error_of([&] {
+    scenario_from_json({{"model", {{"path", path}}}, {"kernels", "tp_invariant"}}, "s.json");
+  });
+  EXPECT_NE(e.find("s.json"), std::string::npos) << e;
+  EXPECT_NE(e.find("at /kernels"), std::string::npos) << e;
+  EXPECT_NE(e.find("hidden_size=100"), std::string::npos) << e;
+  EXPECT_NE(e.find("intermediate_size=300"), std::string::npos) << e;
+  EXPECT_NO_THROW(
+      scenario_from_json({{"model", {{"path", path}}}, {"kernels", "invariant"}}, "s.json"));
+}
+
+TEST(TpInvariantScenario, ATpThatHoldsNoWholeSubtreeIsAnInputError) {
+  // tp=6 divides every sharded size of this model, but 6 ranks cannot split 8 chunks.
+  const std::string path = config_folder("tp", 96, 12, 8, 192, 96);
+  const json base = {{"model", {{"path", path}}}, {"parallel", {{"tp", 6}}}};
+  EXPECT_NO_THROW(scenario_from_json(base, "s.json"));
+  json s = base;
+  s["kernels"] = "tp_invariant";
+  const std::string e = testing::input_error_of([&] { scenario_from_json(s, "s.json"); });
+  EXPECT_NE(e.find("at /parallel/tp"), std::string::npos) << e;
+  EXPECT_NE(e.find("1, 2, 4 or 8"), std::string::npos) << e;
+  s["parallel"]["tp"] = 4;
+  const Scenario ok = scenario_from_json(s, "s.json");
+  EXPECT_NE(ok.id().find("kernels=tp_invariant"), std::string::npos) << ok.id();
+}
+
 // ---- engine level, tiny preset ----------------------------------------------------------------
 
 std::shared_ptr<const ModelWeights> tiny_weights() {
@@ -400,15 +452,20 @@ json scenario_at_tp4_sp() {
 }
 
 TEST(TpInvariantDriver, BihRunAtTp4WithSpIsInvariant) {
-  const json report = run_one("tp4", scenario_at_tp4_sp());
+  json s = scenario_at_tp4_sp();
+  s["expect"] = "invariant";
+  const json report = run_one("tp4", s);
   EXPECT_EQ(report.value("verdict", ""), "invariant") << report.dump(2);
-  EXPECT_NE(report.value("id", "").find("kernels=tp_invariant"), std::string::npos)
-      << report.value("id", "");
+  // Unset orders resolve to fixed under tp_invariant: the id never names an order it does not use.
+  EXPECT_EQ(report.value("id", ""),
+            "tp=4,sp=on(min=1),ar=fixed,rs=fixed,graph=none,prefix=off,kernels=tp_invariant,"
+            "model=tiny");
 }
 
 TEST(TpInvariantDriver, CudaIsUnsupportedWithTheReason) {
   json s = scenario_at_tp4_sp();
   s["backend"] = "cuda";
+  s["expect"] = "unsupported";
   const json report = run_one("cuda", s);
   EXPECT_EQ(report.value("verdict", ""), "unsupported") << report.dump(2);
   EXPECT_EQ(report.value("reason", ""), "kernels tp_invariant: CPU only so far (CUDA: issue 18)");
@@ -417,11 +474,13 @@ TEST(TpInvariantDriver, CudaIsUnsupportedWithTheReason) {
 TEST(TpInvariantDriver, AnExplicitRingOrArrivalCollectiveIsUnsupported) {
   json s = scenario_at_tp4_sp();
   s["collectives"] = {{"reduce_scatter", "ring"}};
+  s["expect"] = "unsupported";
   const json report = run_one("ring", s);
   EXPECT_EQ(report.value("verdict", ""), "unsupported") << report.dump(2);
   EXPECT_NE(report.value("reason", "").find("collectives.reduce_scatter ring"), std::string::npos)
       << report.value("reason", "");
   s["collectives"] = {{"reduce_scatter", "fixed"}, {"all_reduce", "tree"}};
+  s["expect"] = "invariant";
   EXPECT_EQ(run_one("fixed", s).value("verdict", ""), "invariant");
 }
 
