@@ -1,4 +1,6 @@
-// bench_cpu_gemm.cpp: the CPU GEMM's invariant vs vendor family on the tiny preset's projections.
+// bench_cpu_gemm.cpp: the CPU GEMM's invariant, vendor and tp_invariant families on the tiny
+// preset's projections (tp_invariant: K as 8 fixed chunks combined by a tree, the cost of TP
+// invariance at TP=1; every K here is a multiple of 8).
 //
 // Arguments: {M, N, K}. M covers a lone decode step (1), the vendor split-K threshold (16), a full
 // decode batch (64) and a prefill batch (256). The FLOP/s counter is 2*M*N*K per iteration.
@@ -41,6 +43,7 @@ void run_gemm(benchmark::State& state, KernelFamily family) {
 
 void BM_GemmInvariant(benchmark::State& state) { run_gemm(state, KernelFamily::invariant); }
 void BM_GemmVendor(benchmark::State& state) { run_gemm(state, KernelFamily::vendor); }
+void BM_GemmTpInvariant(benchmark::State& state) { run_gemm(state, KernelFamily::tp_invariant); }
 
 // The tiny preset's GEMMs as {N, K}: qkv, o_proj, gate_up, down, lm_head.
 void tiny_shapes(benchmark::internal::Benchmark* bench) {
@@ -54,6 +57,7 @@ void tiny_shapes(benchmark::internal::Benchmark* bench) {
 // Wall time: the kernels are single-threaded, and CPU time under-reports on shared, busy hosts.
 BENCHMARK(BM_GemmInvariant)->Apply(tiny_shapes)->UseRealTime();
 BENCHMARK(BM_GemmVendor)->Apply(tiny_shapes)->UseRealTime();
+BENCHMARK(BM_GemmTpInvariant)->Apply(tiny_shapes)->UseRealTime();
 
 }  // namespace
 

@@ -6,6 +6,9 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
+
+#include "models/tree_sum.hpp"
 
 namespace bih {
 
@@ -28,11 +31,45 @@ std::string gemm_detail(KernelFamily family, int M, int N, int K) {
   std::string d =
       "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
   if (family == KernelFamily::invariant) return d + " (invariant: one K order for every M)";
+  if (family == KernelFamily::tp_invariant) {
+    return d + " (tp_invariant: " + std::to_string(kTpInvariantChunks) +
+           " fixed K chunks, one tree, for every M and TP)";
+  }
   if (M < cpu::kVendorSplitKMaxM) {
     return d + " (vendor: split-K " + std::to_string(cpu::kVendorSplitK) + " because M < " +
            std::to_string(cpu::kVendorSplitKMaxM) + ")";
   }
   return d + " (vendor: no split-K at this M)";
+}
+
+// Row-parallel tp_invariant: this rank's fp32 subtree of the chunk tree, before the collective.
+std::string partial_detail(int M, int N, int K_local, int tp) {
+  return "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) +
+         " K=" + std::to_string(K_local) +
+         " (tp_invariant: " + std::to_string(kTpInvariantChunks / tp) + " of " +
+         std::to_string(kTpInvariantChunks) + " K chunks, fp32 subtree, unrounded)";
+}
+
+// kernels tp_invariant needs every rank to hold whole subtrees of the 8-chunk tree: a TP size
+// dividing 8 and every contraction's K a multiple of 8.
+void check_tp_invariant(const ModelConfig& c, int tp) {
+  if (!tp_invariant_tp_ok(tp)) {
+    throw std::invalid_argument("kernels tp_invariant: tp=" + std::to_string(tp) +
+                                " is not supported (1, 2, 4 or 8: the K chunk tree has " +
+                                std::to_string(kTpInvariantChunks) + " leaves)");
+  }
+  const std::pair<const char*, int> ks[] = {
+      {"hidden_size (qkv, gate_up, lm_head K)", c.hidden_size},
+      {"num_heads*head_dim (o_proj K)", c.q_size()},
+      {"intermediate_size (down K)", c.intermediate_size}};
+  for (const auto& [what, K] : ks) {
+    if (K % kTpInvariantChunks != 0) {
+      throw std::invalid_argument("kernels tp_invariant: " + std::string(what) + " = " +
+                                  std::to_string(K) + " is not a multiple of " +
+                                  std::to_string(kTpInvariantChunks) +
+                                  " (every contraction is split into that many K chunks)");
+    }
+  }
 }
 
 }  // namespace
@@ -50,6 +87,7 @@ CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights, EngineOption
                                 " communicators for tp=" + std::to_string(options_.tp));
   }
   const ModelConfig& c = weights_->config;
+  if (options_.kernels == KernelFamily::tp_invariant) check_tp_invariant(c, options_.tp);
   for (int r = 0; r < options_.tp; ++r) {
     auto state = std::make_unique<RankState>();
     state->weights = shard_for_rank(*weights_, r, options_.tp);
@@ -107,8 +145,21 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
       std::copy(h_local.begin(), h_local.end(), h_full.begin());
     }
   };
+  // tp_invariant: the row-parallel GEMMs leave fp32 subtree sums here, which the tree collective
+  // finishes and rounds (models/tree_sum.hpp); the bf16 `partial` is then unused until it
+  // receives the all_reduce result.
+  const bool tp_inv = family == KernelFamily::tp_invariant;
+  std::vector<float> partial32(tp_inv ? static_cast<size_t>(Mp) * H : 0);  // [Mp, H]
   // Combines the row-parallel partial sums into this rank's rows of the residual stream.
   auto reduce = [&] {
+    if (tp_inv) {
+      if (step.sp) {
+        comm.reduce_scatter_tree_f32(partial32.data(), reduced.data(), reduced.size());
+      } else {
+        comm.all_reduce_tree_f32(partial32.data(), reduced.data(), reduced.size());
+      }
+      return;
+    }
     if (step.sp) {
       comm.reduce_scatter(partial.data(), reduced.data(), reduced.size());
     } else {
@@ -121,6 +172,11 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
   // stream rows by the rank that holds them (the owner under SP, rank 0 otherwise).
   const bool tracing = step.trace != nullptr;
   auto reduce_detail = [&](int row) {
+    if (tp_inv) {
+      return (step.sp ? "reduce_scatter_tree_f32" : "all_reduce_tree_f32") +
+             std::string(" (chunk tree over the fp32 partials of ") + std::to_string(tp) +
+             " ranks, one bf16 rounding; collectives.* orders do not apply)";
+    }
     return step.sp ? "reduce_scatter(" + comm.describe() + "), row " + std::to_string(row) +
                          " owned by rank " + std::to_string(row / S) + " of " + std::to_string(tp) +
                          ", " + std::to_string(Mp) + " padded rows"
@@ -143,6 +199,29 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
       step.trace->record(
           TraceEntry{layer, op, -1, step.trace_positions[i], detail(row), widen_bits(src, H)});
     }
+  };
+  // A row-parallel rank's fp32 partial, recorded as float32 patterns.
+  auto record_partial32 = [&](int layer, const char* op, const std::string& detail) {
+    for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
+      const float* row = partial32.data() + static_cast<size_t>(step.trace_rows[i]) * H;
+      std::vector<uint32_t> bits(H);
+      for (int j = 0; j < H; ++j) bits[j] = std::bit_cast<uint32_t>(row[j]);
+      step.trace->record(
+          TraceEntry{layer, op, rank, step.trace_positions[i], detail, std::move(bits), true});
+    }
+  };
+  // Row-parallel GEMM: y = x[Mp, K_local] . w[H, K_local]^T into `partial` (bf16 partial sums) or,
+  // for tp_invariant, into partial32 (this rank's unrounded subtree).
+  auto row_parallel = [&](int layer, const char* op, const bf16* x, const std::vector<bf16>& wt,
+                          int K_local) {
+    if (tp_inv) {
+      cpu::gemm_tp_invariant_partial(x, wt.data(), partial32.data(), Mp, H, K_local,
+                                     kTpInvariantChunks / tp);
+      if (tracing) record_partial32(layer, op, partial_detail(Mp, H, K_local, tp));
+      return;
+    }
+    cpu::gemm(family, x, wt.data(), partial.data(), Mp, H, K_local);
+    if (tracing) record_sharded(layer, op, partial, H, gemm_detail(family, Mp, H, K_local));
   };
   auto fixed = [](const char* text) { return [text](int) { return std::string(text); }; };
 
@@ -186,8 +265,7 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
                      widen_bits(attn.data() + static_cast<size_t>(row) * q_cols, q_cols), false,
                      kv_context_hash(pool, query)});
     }
-    cpu::gemm(family, attn.data(), lw.o_proj.data(), partial.data(), Mp, H, q_cols);
-    if (tracing) record_sharded(L, "o_proj", partial, H, gemm_detail(family, Mp, H, q_cols));
+    row_parallel(L, "o_proj", attn.data(), lw.o_proj, q_cols);
     reduce();
     record_stream(L, "attn_reduce", reduced, reduce_detail);
     cpu::add_rms_norm(residual.data(), reduced.data(), lw.post_attention_layernorm, h_local.data(),
@@ -198,12 +276,11 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
 
     cpu::gemm(family, h_full.data(), lw.gate_up.data(), gate_up.data(), Mp, 2 * I, H);
     cpu::silu_mul(gate_up.data(), act.data(), Mp, I);
-    cpu::gemm(family, act.data(), lw.down.data(), partial.data(), Mp, H, I);
     if (tracing) {
       record_sharded(L, "gate_up", gate_up, 2 * I, gemm_detail(family, Mp, 2 * I, H));
       record_sharded(L, "act", act, I, "silu(gate) * up");
-      record_sharded(L, "down", partial, H, gemm_detail(family, Mp, H, I));
     }
+    row_parallel(L, "down", act.data(), lw.down, I);
     reduce();
     record_stream(L, "mlp_reduce", reduced, reduce_detail);
     const bool last = l + 1 == w.layers.size();

@@ -17,8 +17,9 @@ constexpr Table<ReduceOrder, 4> kOrders{{{ReduceOrder::ring, "ring"},
                                          {ReduceOrder::tree, "tree"},
                                          {ReduceOrder::fixed, "fixed"},
                                          {ReduceOrder::arrival, "arrival"}}};
-constexpr Table<KernelFamily, 2> kFamilies{
-    {{KernelFamily::invariant, "invariant"}, {KernelFamily::vendor, "vendor"}}};
+constexpr Table<KernelFamily, 3> kFamilies{{{KernelFamily::invariant, "invariant"},
+                                            {KernelFamily::vendor, "vendor"},
+                                            {KernelFamily::tp_invariant, "tp_invariant"}}};
 constexpr Table<GraphMode, 3> kGraphModes{
     {{GraphMode::none, "none"}, {GraphMode::piecewise, "piecewise"}, {GraphMode::full, "full"}}};
 

@@ -14,8 +14,9 @@ namespace bih {
 enum class Backend { cpu, cuda, automatic };            // "cpu" | "cuda" | "auto"
 enum class RankKind { emulated, nccl };                 // "emulated" | "nccl"
 enum class ReduceOrder { ring, tree, fixed, arrival };  // DESIGN.md's order models
-enum class KernelFamily { invariant, vendor };          // "invariant" | "vendor"
-enum class GraphMode { none, piecewise, full };         // "none" | "piecewise" | "full"
+// "invariant" | "vendor" | "tp_invariant" (invariant in the batch AND the TP size; CPU only)
+enum class KernelFamily { invariant, vendor, tp_invariant };
+enum class GraphMode { none, piecewise, full };  // "none" | "piecewise" | "full"
 
 std::string to_string(Backend v);
 std::string to_string(RankKind v);

@@ -13,6 +13,7 @@
 #include "base/json_text.hpp"
 #include "base/utf8.hpp"
 #include "models/config.hpp"
+#include "models/tree_sum.hpp"
 #include "models/weights.hpp"
 #include "spec/scenario_file.hpp"
 #include "spec/server_profile.hpp"
@@ -721,6 +722,36 @@ ModelConfig model_config(const Scenario& s, const Cursor& at) {
 }
 
 // Cross-field rules: each names the field whose value a user would most likely change.
+// kernels tp_invariant is defined by its 8-chunk K tree (models/tree_sum.hpp): a TP size whose
+// ranks hold whole subtrees, and a model whose every contraction's K splits into 8 chunks.
+void check_tp_invariant(const Scenario& s, const ModelConfig& config, const std::string& model_name,
+                        const Cursor& at) {
+  if (!tp_invariant_tp_ok(s.tp)) {
+    at.at("parallel")
+        .at("tp")
+        .fail("tp=" + std::to_string(s.tp) +
+                  " with kernels 'tp_invariant', whose K chunk tree has " +
+                  std::to_string(kTpInvariantChunks) + " leaves",
+              "tp 1, 2, 4 or 8 with kernels 'tp_invariant'");
+  }
+  const std::vector<std::pair<std::string, int>> contractions{
+      {"hidden_size", config.hidden_size},
+      {"num_heads*head_dim", config.q_size()},
+      {"intermediate_size", config.intermediate_size}};
+  std::vector<std::string> bad;
+  for (const auto& [what, K] : contractions) {
+    if (K % kTpInvariantChunks != 0) bad.push_back(what + "=" + std::to_string(K));
+  }
+  if (!bad.empty()) {
+    at.at("kernels").fail("kernels 'tp_invariant' splits every contraction's K into " +
+                              std::to_string(kTpInvariantChunks) + " chunks, but " + join(bad) +
+                              " of model '" + model_name + "' " + (bad.size() == 1 ? "is" : "are") +
+                              " not a multiple of " + std::to_string(kTpInvariantChunks),
+                          "'invariant' or 'vendor' for this model, or a model whose hidden, "
+                          "attention and intermediate sizes are multiples of 8");
+  }
+}
+
 void check_combinations(const Scenario& s, const Cursor& at) {
   const ModelConfig config = model_config(s, at);
   const std::string model_name = s.model.path.empty() ? s.model.preset : s.model.path;
@@ -747,6 +778,8 @@ void check_combinations(const Scenario& s, const Cursor& at) {
                   " of model '" + model_name + "'",
               "a tp that divides all of them: " + join(good));
   }
+
+  if (s.kernels == KernelFamily::tp_invariant) check_tp_invariant(s, config, model_name, at);
 
   if (s.ranks == RankKind::nccl && s.backend == Backend::cpu) {
     at.at("parallel")
@@ -966,6 +999,15 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
   }
   if (const json* v = find(j, "engine")) parse_engine(*v, at.at("engine"), s);
   s.knobs_set = knobs_set_in(j);
+  if (s.kernels == KernelFamily::tp_invariant) {
+    // The row-parallel sums are the chunk tree's whatever the orders say; left unset, the orders
+    // resolve to `fixed` (a fixed order the tree continues) so that the id does not name a ring.
+    const auto unset = [&](const char* dotted) {
+      return std::find(s.knobs_set.begin(), s.knobs_set.end(), dotted) == s.knobs_set.end();
+    };
+    if (unset("collectives.all_reduce")) s.all_reduce = ReduceOrder::fixed;
+    if (unset("collectives.reduce_scatter")) s.reduce_scatter = ReduceOrder::fixed;
+  }
   if (const json* v = find(j, "debug")) {
     const Cursor d_at = at.at("debug");
     check_object(*v, d_at, kDebugKeys);
@@ -1085,6 +1127,20 @@ static std::string external_engine_id(const Scenario& s, const std::string& mode
   append_compare_parts(s.compare, parts);
   if (!s.fault.empty()) parts.push_back("fault=" + s.fault);
   return join(parts, ",");
+}
+
+std::string tp_invariant_collectives_refusal(const Scenario& s) {
+  if (s.kernels != KernelFamily::tp_invariant || s.tp == 1) return "";
+  const std::pair<const char*, ReduceOrder> orders[] = {{"all_reduce", s.all_reduce},
+                                                        {"reduce_scatter", s.reduce_scatter}};
+  for (const auto& [name, order] : orders) {
+    if (order != ReduceOrder::fixed && order != ReduceOrder::tree) {
+      return std::string("collectives.") + name + " " + to_string(order) +
+             ": kernels tp_invariant sums the ranks' fp32 partials in its fixed chunk tree "
+             "(only 'fixed' or 'tree' are accepted, both meaning that tree)";
+    }
+  }
+  return "";
 }
 
 std::string Scenario::id() const {

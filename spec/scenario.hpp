@@ -145,6 +145,13 @@ class ScenarioError : public InputError {
 std::vector<std::string> scenario_dotted_keys();
 bool is_scenario_dotted_key(const std::string& dotted);
 
+// kernels tp_invariant reduces the row-parallel partials by its chunk tree over fp32
+// (models/tree_sum.hpp), whatever collectives.* say; scenario_from_json resolves unset all_reduce
+// and reduce_scatter orders to `fixed` under it. At tp > 1 an order other than `fixed` or `tree`
+// (the two that name a fixed order the tree continues) cannot be honoured: the reason, for the
+// engine to answer `unsupported`; "" otherwise. all_gather is a copy: any order.
+std::string tp_invariant_collectives_refusal(const Scenario& s);
+
 // Parses and validates one scenario object. `file` names the source in errors; `pointer` is the
 // JSON pointer of `j` inside that file. Throws InputError.
 Scenario scenario_from_json(const nlohmann::json& j, const std::string& file,

@@ -19,6 +19,12 @@ class EmulatedGroup::Rank final : public Communicator {
   void all_gather(const bf16* in, bf16* out, size_t count) override {
     group_->all_gather(rank_, in, out, count);
   }
+  void all_reduce_tree_f32(const float* in, bf16* out, size_t count) override {
+    group_->all_reduce_tree_f32(rank_, in, out, count);
+  }
+  void reduce_scatter_tree_f32(const float* in, bf16* out, size_t count) override {
+    group_->reduce_scatter_tree_f32(rank_, in, out, count);
+  }
   void abort(const std::string& why) override {
     group_->abort("rank " + std::to_string(rank_) + " aborted the group: " + why);
   }
@@ -133,6 +139,37 @@ void EmulatedGroup::all_gather(int rank, const bf16* in, bf16* out, size_t count
         std::memmove(block, rendezvous_.inputs()[r], count * sizeof(bf16));
     }
   }
+  rendezvous_.finish_and_wait(rank, call);
+}
+
+// Every rank sums the whole message itself (fp32 inputs, bf16 output: out never aliases an input),
+// so no shared scratch is needed; barrier 2 keeps the inputs alive until all ranks have read them.
+void EmulatedGroup::all_reduce_tree_f32(int rank, const float* in, bf16* out, size_t count) {
+  if (size_ == 1) {
+    rendezvous_.throw_if_aborted();
+    const float* only[1] = {in};
+    tree_f32_sum(only, 0, count, out);
+    return;
+  }
+  const uint64_t call =
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::all_reduce_f32, nullptr, count, in});
+  rendezvous_.run_or_abort(rank, "all_reduce_tree_f32",
+                           [&] { tree_f32_sum(rendezvous_.inputs_f32(), 0, count, out); });
+  rendezvous_.finish_and_wait(rank, call);
+}
+
+void EmulatedGroup::reduce_scatter_tree_f32(int rank, const float* in, bf16* out, size_t count) {
+  if (size_ == 1) {
+    rendezvous_.throw_if_aborted();
+    const float* only[1] = {in};
+    tree_f32_sum(only, 0, count, out);
+    return;
+  }
+  const uint64_t call =
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::reduce_scatter_f32, nullptr, count, in});
+  rendezvous_.run_or_abort(rank, "reduce_scatter_tree_f32", [&] {
+    tree_f32_sum(rendezvous_.inputs_f32(), static_cast<size_t>(rank) * count, count, out);
+  });
   rendezvous_.finish_and_wait(rank, call);
 }
 

@@ -7,7 +7,9 @@
 // still reads it. The sums
 // are therefore bitwise those of the pure functions, except for `arrival`, whose chain is the order
 // in which ranks reached barrier 1 (each rank first sleeps a random few microseconds, so the order
-// varies from call to call and run to run, as a timing-dependent reduction does).
+// varies from call to call and run to run, as a timing-dependent reduction does). The fp32 tree
+// collectives of kernels tp_invariant (communicator.hpp) sum with tree_f32_sum, whatever the
+// orders say.
 //
 // A failure must not hang the peers: abort(why) wakes every waiting rank with CommAborted(why) and
 // every later call throws too; an optional watchdog aborts a collective that waits too long,
@@ -57,6 +59,8 @@ class EmulatedGroup {
   void all_reduce(int rank, bf16* data, size_t count);
   void reduce_scatter(int rank, const bf16* in, bf16* out, size_t count);
   void all_gather(int rank, const bf16* in, bf16* out, size_t count);
+  void all_reduce_tree_f32(int rank, const float* in, bf16* out, size_t count);
+  void reduce_scatter_tree_f32(int rank, const float* in, bf16* out, size_t count);
 
   const int size_;
   const CollectiveOrders orders_;

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "models/tree_sum.hpp"
+
 namespace bih {
 namespace {
 
@@ -185,6 +187,20 @@ void all_reduce_range(ReduceOrder order, std::span<const bf16* const> rank_input
     ring_chain(n, static_cast<int>(chunk), sequences.ring, chain);
     sum_along_chain(order, rank_inputs, chain, n, i, chunk_end - i, out + (i - begin));
     i = chunk_end;
+  }
+}
+
+void tree_f32_sum(std::span<const float* const> rank_inputs, size_t offset, size_t count,
+                  bf16* out) {
+  const int n = static_cast<int>(rank_inputs.size());
+  if (!tp_invariant_tp_ok(n)) {
+    throw std::invalid_argument("tree fp32 collective: " + std::to_string(n) +
+                                " ranks; the chunk tree needs 1, 2, 4 or 8");
+  }
+  float values[kTpInvariantChunks];
+  for (size_t i = 0; i < count; ++i) {
+    for (int r = 0; r < n; ++r) values[r] = rank_inputs[r][offset + i];
+    out[i] = to_bf16(pairwise_tree_sum(values, n));
   }
 }
 

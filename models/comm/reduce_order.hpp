@@ -71,4 +71,11 @@ void all_reduce_range(ReduceOrder order, std::span<const bf16* const> rank_input
                       size_t message_count, size_t begin, size_t end,
                       const RankSequences& sequences, bf16* out);
 
+// kernels tp_invariant's fp32 collectives (Communicator::*_tree_f32): out[i] =
+// to_bf16(pairwise_tree_sum over r of rank_inputs[r][offset + i]) for i in [0, count), the ranks
+// in rank order (models/tree_sum.hpp). No order knob applies. Throws std::invalid_argument unless
+// the rank count is 1, 2, 4 or 8. out must not overlap any input (they are fp32, it is bf16).
+void tree_f32_sum(std::span<const float* const> rank_inputs, size_t offset, size_t count,
+                  bf16* out);
+
 }  // namespace bih

@@ -8,7 +8,8 @@
 namespace bih {
 
 const char* to_string(CollectiveOp op) {
-  static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                       "all_reduce_tree_f32", "reduce_scatter_tree_f32"};
   return kNames[static_cast<int>(op)];
 }
 
@@ -21,6 +22,7 @@ Rendezvous::Rendezvous(int size, std::chrono::milliseconds watchdog, std::string
       arrived_(size, 0),
       posted_(size),
       inputs_(size, nullptr),
+      inputs_f32_(size, nullptr),
       arrival_order_(size, 0) {}
 
 void Rendezvous::abort(const std::string& why) {
@@ -111,6 +113,7 @@ uint64_t Rendezvous::publish_and_wait(int rank, const Posted& posted) {
   const uint64_t call = next_call_;  // the call in progress until the last arrival completes it
   posted_[rank] = posted;
   inputs_[rank] = posted.in;
+  inputs_f32_[rank] = posted.in_f32;
   arrival_order_[arrived_count_] = rank;
   if (arrived_count_ + 1 == size_) {
     // The last arrival validates before releasing anyone, so nobody computes on a bad call.

@@ -25,7 +25,13 @@
 
 namespace bih {
 
-enum class CollectiveOp { all_reduce, reduce_scatter, all_gather };
+enum class CollectiveOp {
+  all_reduce,
+  reduce_scatter,
+  all_gather,
+  all_reduce_f32,
+  reduce_scatter_f32
+};
 const char* to_string(CollectiveOp op);
 
 class Rendezvous {
@@ -35,6 +41,7 @@ class Rendezvous {
     CollectiveOp op = CollectiveOp::all_reduce;
     const bf16* in = nullptr;
     size_t count = 0;
+    const float* in_f32 = nullptr;  // the fp32 collectives' input (in stays null)
   };
 
   // name: how messages call the group ("emulated comm"). watchdog: longest a rank may wait at a
@@ -73,6 +80,7 @@ class Rendezvous {
   // Between the barriers of the current call (written at barrier 1; the barriers order the
   // accesses): every rank's posted input, and arrival position -> rank.
   const std::vector<const bf16*>& inputs() const { return inputs_; }
+  const std::vector<const float*>& inputs_f32() const { return inputs_f32_; }
   const std::vector<int>& arrival_order() const { return arrival_order_; }
 
  private:
@@ -97,9 +105,10 @@ class Rendezvous {
 
   uint64_t next_call_ = 0;
   uint64_t current_call_ = 0;
-  std::vector<Posted> posted_;       // [size]
-  std::vector<const bf16*> inputs_;  // [size]: posted_[r].in
-  std::vector<int> arrival_order_;   // [size]
+  std::vector<Posted> posted_;            // [size]
+  std::vector<const bf16*> inputs_;       // [size]: posted_[r].in
+  std::vector<const float*> inputs_f32_;  // [size]: posted_[r].in_f32
+  std::vector<int> arrival_order_;        // [size]
 };
 
 }  // namespace bih

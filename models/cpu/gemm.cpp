@@ -7,13 +7,20 @@
 // chain, so blocking never changes the arithmetic. The lanes are written with GCC vector
 // extensions so the compiler vectorizes them at -O2 for any target without reassociating
 // anything (no -ffast-math is needed or wanted).
+//
+// The tp_invariant family splits K into kTpInvariantChunks equal chunks, reduces each with the
+// same lane pattern from zero and combines the chunk partials with pairwise_tree_sum
+// (models/tree_sum.hpp): one rounding to bf16 at the end, or none for a row-parallel rank's fp32
+// partial, which the communicator's tree collective finishes and rounds.
 #include <algorithm>
 #include <bit>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "models/cpu/kernels.hpp"
+#include "models/tree_sum.hpp"
 
 // The vector helpers below are internal and always inlined, so their AVX-sized ABI never shows.
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -73,38 +80,71 @@ inline void dot_rows(const float* x, const WType* const* w, int k0, int k1, floa
   for (int r = 0; r < R; ++r) out[r] = reduce_lanes(acc[r]);
 }
 
-// The K ranges reduced separately and then summed in order: one range for the invariant family,
-// kVendorSplitK contiguous ranges of ceil(K / splits) for the vendor family at small M.
-std::vector<std::pair<int, int>> k_ranges(int K, int splits) {
+// How one output's K is reduced: the ranges, each from zero in the lane order, and how their
+// partials are combined: summed in order (invariant: one range; vendor: kVendorSplitK contiguous
+// ranges of ceil(K / splits) at small M), or by the pairwise chunk tree (tp_invariant).
+struct KPlan {
   std::vector<std::pair<int, int>> ranges;
+  bool tree = false;
+};
+
+KPlan sequential_plan(int K, int splits) {
+  KPlan plan;
   const int chunk = (K + splits - 1) / splits;
-  for (int k0 = 0; k0 < K || ranges.empty(); k0 += std::max(chunk, 1)) {
-    ranges.emplace_back(k0, std::min(K, k0 + chunk));
+  for (int k0 = 0; k0 < K || plan.ranges.empty(); k0 += std::max(chunk, 1)) {
+    plan.ranges.emplace_back(k0, std::min(K, k0 + chunk));
   }
-  return ranges;
+  return plan;
 }
 
-// y[m, n0:n0+R] for one x row against R w rows, summing the per-range partials in order.
+// `chunks` equal chunks of K (K % chunks == 0), combined by the tree.
+KPlan chunk_tree_plan(int K, int chunks) {
+  KPlan plan;
+  plan.tree = true;
+  const int chunk = K / chunks;
+  for (int c = 0; c < chunks; ++c) plan.ranges.emplace_back(c * chunk, (c + 1) * chunk);
+  return plan;
+}
+
+// y[m, n0:n0+R] for one x row against R w rows: bf16 (y) or unrounded fp32 (y32, when set).
 template <int R, class WType>
-inline void output_block(const float* x, const WType* const* w,
-                         const std::vector<std::pair<int, int>>& ranges, bf16* y) {
+inline void output_block(const float* x, const WType* const* w, const KPlan& plan, bf16* y,
+                         float* y32) {
   float total[R];
-  dot_rows<R>(x, w, ranges[0].first, ranges[0].second, total);
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    float part[R];
-    dot_rows<R>(x, w, ranges[i].first, ranges[i].second, part);
-    for (int r = 0; r < R; ++r) total[r] += part[r];
+  if (plan.tree) {
+    const int n = static_cast<int>(plan.ranges.size());
+    float parts[R][kTpInvariantChunks];
+    for (int i = 0; i < n; ++i) {
+      float part[R];
+      dot_rows<R>(x, w, plan.ranges[i].first, plan.ranges[i].second, part);
+      for (int r = 0; r < R; ++r) parts[r][i] = part[r];
+    }
+    for (int r = 0; r < R; ++r) total[r] = pairwise_tree_sum(parts[r], n);
+  } else {
+    dot_rows<R>(x, w, plan.ranges[0].first, plan.ranges[0].second, total);
+    for (size_t i = 1; i < plan.ranges.size(); ++i) {
+      float part[R];
+      dot_rows<R>(x, w, plan.ranges[i].first, plan.ranges[i].second, part);
+      for (int r = 0; r < R; ++r) total[r] += part[r];
+    }
   }
-  for (int r = 0; r < R; ++r) y[r] = to_bf16(total[r]);
+  for (int r = 0; r < R; ++r) {
+    if (y32 != nullptr) {
+      y32[r] = total[r];
+    } else {
+      y[r] = to_bf16(total[r]);
+    }
+  }
 }
 
 // Cloned for AVX2 so the same vector code runs twice as wide where the CPU allows: mul and add
 // are correctly rounded IEEE operations at any width, and the "avx2" target does not enable FMA,
 // so both clones give identical bits. (A build with -mfma / -march=native lets g++ fuse them,
 // which changes the bits, identically for every M: still batch invariant.)
-__attribute__((target_clones("avx2", "default"))) void gemm_ranges(
-    const bf16* x, const bf16* w, bf16* y, int M, int N, int K,
-    const std::vector<std::pair<int, int>>& ranges) {
+// Exactly one of y (bf16 out) and y32 (fp32 out) is set.
+__attribute__((target_clones("avx2", "default"))) void gemm_plan(const bf16* x, const bf16* w,
+                                                                 bf16* y, float* y32, int M, int N,
+                                                                 int K, const KPlan& plan) {
   // x widened once: [M, K] fp32. Thread-local because each TP rank is a thread.
   thread_local std::vector<float> x_wide;
   thread_local std::vector<float> w_wide;
@@ -130,20 +170,38 @@ __attribute__((target_clones("avx2", "default"))) void gemm_ranges(
     }
     for (int m = 0; m < M; ++m) {
       const float* xm = x_wide.data() + static_cast<size_t>(m) * K;
-      bf16* ym = y + static_cast<size_t>(m) * N + n;
+      const size_t at = static_cast<size_t>(m) * N + n;
+      bf16* ym = y != nullptr ? y + at : nullptr;
+      float* ym32 = y32 != nullptr ? y32 + at : nullptr;
       if (widen_w) {
-        output_block<kRowBlock>(xm, w_rows_wide, ranges, ym);
+        output_block<kRowBlock>(xm, w_rows_wide, plan, ym, ym32);
       } else {
-        output_block<kRowBlock>(xm, w_rows, ranges, ym);
+        output_block<kRowBlock>(xm, w_rows, plan, ym, ym32);
       }
     }
   }
   for (; n < N; ++n) {  // the last N % 4 rows of w, one at a time
     const bf16* w_row[1] = {w + static_cast<size_t>(n) * K};
     for (int m = 0; m < M; ++m) {
-      output_block<1>(x_wide.data() + static_cast<size_t>(m) * K, w_row, ranges,
-                      y + static_cast<size_t>(m) * N + n);
+      const size_t at = static_cast<size_t>(m) * N + n;
+      output_block<1>(x_wide.data() + static_cast<size_t>(m) * K, w_row, plan,
+                      y != nullptr ? y + at : nullptr, y32 != nullptr ? y32 + at : nullptr);
     }
+  }
+}
+
+void check_tp_invariant_k(int K, int chunks) {
+  if (!tp_invariant_tp_ok(chunks)) {
+    throw std::invalid_argument("gemm tp_invariant: " + std::to_string(chunks) +
+                                " local chunks; a rank holds 1, 2, 4 or 8 of the " +
+                                std::to_string(kTpInvariantChunks));
+  }
+  if (K % chunks != 0) {
+    throw std::invalid_argument("gemm tp_invariant: K=" + std::to_string(K) +
+                                " does not split into " + std::to_string(chunks) +
+                                " equal chunks (the full K of every contraction must be a "
+                                "multiple of " +
+                                std::to_string(kTpInvariantChunks) + ")");
   }
 }
 
@@ -151,9 +209,22 @@ __attribute__((target_clones("avx2", "default"))) void gemm_ranges(
 
 void gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, int M, int N, int K) {
   if (M < 0 || N < 0 || K < 0) throw std::invalid_argument("gemm: negative dimension");
+  if (family == KernelFamily::tp_invariant) check_tp_invariant_k(K, kTpInvariantChunks);
   if (M == 0 || N == 0) return;
+  if (family == KernelFamily::tp_invariant) {
+    gemm_plan(x, w, y, nullptr, M, N, K, chunk_tree_plan(K, kTpInvariantChunks));
+    return;
+  }
   const bool split = family == KernelFamily::vendor && M < kVendorSplitKMaxM;
-  gemm_ranges(x, w, y, M, N, K, k_ranges(K, split ? kVendorSplitK : 1));
+  gemm_plan(x, w, y, nullptr, M, N, K, sequential_plan(K, split ? kVendorSplitK : 1));
+}
+
+void gemm_tp_invariant_partial(const bf16* x, const bf16* w, float* y, int M, int N, int K,
+                               int chunks) {
+  if (M < 0 || N < 0 || K < 0) throw std::invalid_argument("gemm: negative dimension");
+  check_tp_invariant_k(K, chunks);
+  if (M == 0 || N == 0) return;
+  gemm_plan(x, w, nullptr, y, M, N, K, chunk_tree_plan(K, chunks));
 }
 
 }  // namespace bih::cpu

@@ -4,7 +4,9 @@
 // reduction order that depends only on that row's data and absolute positions, never on M, the
 // row's index in the batch or the other rows. The `vendor` family models what engines do by default
 // (DESIGN.md, "Kernel families"): the GEMM splits K when M is small, and decode attention picks its
-// KV split count from the number of decode queries in the step.
+// KV split count from the number of decode queries in the step. The `tp_invariant` family is the
+// invariant one with every GEMM's K reduced as 8 fixed chunks combined by one tree
+// (models/tree_sum.hpp), so that its bits do not depend on the TP size either.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +32,16 @@ inline int vendor_decode_splits(int num_decode_queries) {
   return splits < 1 ? 1 : (splits > 16 ? 16 : splits);
 }
 
-// y[M,N] = x[M,K] . w[N,K]^T
+// y[M,N] = x[M,K] . w[N,K]^T. tp_invariant: K must be a multiple of kTpInvariantChunks
+// (std::invalid_argument otherwise).
 void gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, int M, int N, int K);
+
+// A tp_invariant row-parallel rank's share: y[M,N] fp32, unrounded, = the chunk tree's subtree over
+// this rank's `chunks` consecutive chunks of the global K (chunks = kTpInvariantChunks / tp; the
+// local K splits into `chunks` equal parts). The communicator's *_tree_f32 collective continues the
+// tree over the ranks and rounds once. chunks = kTpInvariantChunks gives gemm()'s sums unrounded.
+void gemm_tp_invariant_partial(const bf16* x, const bf16* w, float* y, int M, int N, int K,
+                               int chunks);
 
 // y[M,H] = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w)   (HF Qwen3RMSNorm)
 void rms_norm(const bf16* x, const bf16* w, bf16* y, int M, int H, float eps);

@@ -262,6 +262,12 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> model, EngineOptions
   m.options = std::move(options);
   m.device = device;
   if (ranks.empty()) throw std::invalid_argument("CudaForward: no local ranks");
+  if (m.options.kernels == KernelFamily::tp_invariant) {
+    // The driver refuses this as `unsupported` first (engines/bih_engine.cpp); never run it as
+    // another family.
+    throw std::invalid_argument(
+        "CudaForward: kernels tp_invariant: CPU only so far (CUDA: issue 18)");
+  }
   cudaCheck(cudaSetDevice(device));
   cudaDeviceProp prop{};
   cudaCheck(cudaGetDeviceProperties(&prop, device));
