@@ -405,13 +405,14 @@ TEST(ConfigCompareRlConsistency, EveryConfigurationGivesWhatTheFileExpects) {
   const auto r = testing::run_bih(
       {"run", kSource + "/scenarios/rl-consistency.json", "--out", (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("64 scenarios: 8 invariant, 40 batch_variant, 0 nondeterministic, 16 "
+  EXPECT_NE(r.output.find("96 scenarios: 40 invariant, 40 batch_variant, 0 nondeterministic, 16 "
                           "config_variant, 0 error, 0 unsupported; 0 not as expected"),
             std::string::npos)
       << r.output;
   // TP=2 with invariant kernels: batch invariant, yet not the reference's bits.
   const std::string tp2 =
-      "tp=2,sp=off,ar=tree,rs=ring,graph=none,prefix=off,kernels=invariant,model=tiny";
+      "tp=2,sp=off,ar=tree,rs=ring,graph=none,prefix=off,kernels=invariant,model=tiny,prefill=on,"
+      "top_k=4,digest=on";
   bool seen = false;
   for (const auto& f : testing::report_files(dir / "out")) {
     const json report = read_json_file(f.string());
@@ -423,6 +424,35 @@ TEST(ConfigCompareRlConsistency, EveryConfigurationGivesWhatTheFileExpects) {
     }
   }
   EXPECT_TRUE(seen) << r.output;
+  // TP=8 with SP, graphs and a prefix cache on tp_invariant kernels: the reference's bits in every
+  // token, logprob, top-k entry and row digest, and prefill equal to decode.
+  const std::string tp8 =
+      "tp=8,sp=on(min=1),ar=fixed,rs=fixed,graph=full,prefix=on,kernels=tp_invariant,model=tiny,"
+      "block=4,prefill=on,top_k=4,digest=on";
+  int config_seen = 0;
+  int prefill_seen = 0;
+  for (const auto& f : testing::report_files(dir / "out")) {
+    const json report = read_json_file(f.string());
+    if (report.at("id") != tp8) continue;
+    EXPECT_EQ(report.at("verdict"), "invariant");
+    for (const json& c : report.at("comparisons")) {
+      if (c.at("kind") == "config") {
+        ++config_seen;
+        EXPECT_EQ(c.at("logprobs_differ"), 0) << c.dump(2);
+        EXPECT_GT(c.at("top_k_compared"), 0) << c.dump(2);
+        EXPECT_EQ(c.at("top_k_differ"), 0) << c.dump(2);
+        EXPECT_GT(c.at("row_digests_compared"), 0) << c.dump(2);
+        EXPECT_EQ(c.at("row_digests_differ"), 0) << c.dump(2);
+      }
+      if (c.at("kind") == "prefill") {
+        ++prefill_seen;
+        EXPECT_EQ(c.at("logprobs_compared"), 16) << c.dump(2);
+        EXPECT_EQ(c.at("logprobs_differ"), 0) << c.dump(2);
+      }
+    }
+  }
+  EXPECT_EQ(config_seen, 2) << r.output;
+  EXPECT_GE(prefill_seen, 1) << r.output;
 }
 
 // The real llama.cpp (adapters/llama-cpp, node-llama-cpp's CPU binary) across its thread count:
