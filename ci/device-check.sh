@@ -17,6 +17,8 @@
 #            on that checkpoint, each whole check timed); the fidelity check of bih's sampled-token
 #            logprobs against an fp32 HF reference, beside HF bf16's own distance to it; HF's own
 #            save_pretrained of the checkpoint, which bih must load to bitwise the same generations
+#   rl       issue 17: scenarios/rl-consistency-gpu.json (every configuration against TP=1 eager of
+#            its kernel family, prefill against decode, top-k and row digests) and its matrix
 #   sanitize compute-sanitizer memcheck and racecheck over the CUDA kernel and engine tests
 #            (SANITIZE_FILTER, default the kernels, attention and engine suites; each tool
 #            bounded by SANITIZE_TIMEOUT seconds, default 200)
@@ -121,6 +123,18 @@ if stage probes; then
   "$build/bih" probe all --json "$R/probe-all.json" >"$R/probe-all.txt" 2>&1
   summary "probe all: exit $? in $(( $(date +%s) - t )) s ($(tail -1 "$R/probe-all.txt"))"
   grep -E "✗|variant.*expect" "$R/probe-all.txt" | head -20
+  pack
+fi
+
+if stage rl; then
+  t=$(date +%s)
+  "$build/bih" run scenarios/rl-consistency-gpu.json --out "$R/rl-consistency-gpu" \
+    >"$R/rl-consistency-gpu.txt" 2>"$R/rl-consistency-gpu.log"
+  summary "rl-consistency-gpu: exit $? in $(( $(date +%s) - t )) s"
+  tail -n 3 "$R/rl-consistency-gpu.txt" | tee -a "$OUT/summary.txt"
+  cp "$R/rl-consistency-gpu.txt" "$OUT/rl-consistency-gpu.txt"
+  "$build/bih" matrix "$R/rl-consistency-gpu" --format md --out "$R/rl-consistency-gpu-matrix" \
+    >/dev/null 2>&1 && cp "$R/rl-consistency-gpu-matrix/matrix.md" "$OUT/rl-consistency-gpu.md"
   pack
 fi
 
