@@ -93,7 +93,7 @@ TEST(ConfigCompareParse, BadCompareBlocksNameFileFieldAndWhatIsValid) {
 
 TEST(ConfigCompareParse, EachConfigurationGetsTheReferenceOfItsGroup) {
   const ScenarioSet set = load_scenarios(kSource + "/scenarios/rl-consistency.json");
-  ASSERT_EQ(set.scenarios.size(), 64u);
+  ASSERT_EQ(set.scenarios.size(), 96u);
   std::set<const Scenario*> references;
   for (const Scenario& s : set.scenarios) {
     ASSERT_TRUE(s.config_reference) << s.id();
@@ -106,7 +106,7 @@ TEST(ConfigCompareParse, EachConfigurationGetsTheReferenceOfItsGroup) {
     EXPECT_EQ(r.kernels, s.kernels) << "kernels is outside across: each family its own reference";
     EXPECT_EQ(is_config_reference(s), s.id() == r.id());
   }
-  EXPECT_EQ(references.size(), 2u);  // one per kernel family, built once
+  EXPECT_EQ(references.size(), 3u);  // one per kernel family, built once
   const auto& tp4 = *std::find_if(set.scenarios.begin(), set.scenarios.end(), [](const auto& s) {
     return s.tp == 4 && s.sp_enabled && !s.prefix_caching && s.graph_mode == GraphMode::none;
   });
