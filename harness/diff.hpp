@@ -84,8 +84,8 @@ struct Comparison {
 
 // The valid comparison kinds.
 inline const std::vector<std::string>& comparison_kinds() {
-  static const std::vector<std::string> kinds{"batch",  "repeat", "fresh",
-                                              "cache",  "config", "prefill"};
+  static const std::vector<std::string> kinds{"batch", "repeat", "fresh",
+                                              "cache", "config", "prefill"};
   return kinds;
 }
 

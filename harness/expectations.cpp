@@ -18,8 +18,8 @@ const std::vector<std::string> kTopKeys = {"schema", "$schema", "expectations", 
 const std::vector<std::string> kEntryKeys = {"id", "verdict", "why", "require"};
 
 std::vector<std::string> verdict_names() {
-  return {"invariant",      "batch_variant",   "nondeterministic", "config_variant",
-          "prefill_variant", "error",          "unsupported"};
+  return {"invariant",       "batch_variant", "nondeterministic", "config_variant",
+          "prefill_variant", "error",         "unsupported"};
 }
 
 std::string join(const std::vector<std::string>& items) {

@@ -10,8 +10,8 @@ namespace {
 // Colour squares next to the verdict word: colour helps, the word carries the meaning.
 std::string verdict_square(const std::string& verdict) {
   static const std::map<std::string, std::string> squares{
-      {"invariant", "🟩"},       {"batch_variant", "🟧"},  {"nondeterministic", "🟪"},
-      {"config_variant", "🟫"},  {"prefill_variant", "🟦"}, {"error", "🟥"},
+      {"invariant", "🟩"},      {"batch_variant", "🟧"},   {"nondeterministic", "🟪"},
+      {"config_variant", "🟫"}, {"prefill_variant", "🟦"}, {"error", "🟥"},
       {"unsupported", "⬜"},
   };
   const auto it = squares.find(verdict);

@@ -13,10 +13,10 @@
 namespace bih {
 namespace {
 
-constexpr std::array<Verdict, 7> kAllVerdicts{
-    Verdict::invariant,      Verdict::batch_variant,   Verdict::nondeterministic,
-    Verdict::config_variant, Verdict::prefill_variant, Verdict::error,
-    Verdict::unsupported};
+constexpr std::array<Verdict, 7> kAllVerdicts{Verdict::invariant,        Verdict::batch_variant,
+                                              Verdict::nondeterministic, Verdict::config_variant,
+                                              Verdict::prefill_variant,  Verdict::error,
+                                              Verdict::unsupported};
 
 // Terminal columns a string takes: one per code point (no wide characters appear in our cells),
 // so UTF-8 continuation bytes do not count.

@@ -977,9 +977,9 @@ Scenario scenario_from_json(const json& j, const std::string& file, const std::s
     s.timeout_s = v->get<double>();
   }
   if (const json* v = find(j, "expect"); v && !v->is_null()) {
-    const std::vector<std::string> verdicts{
-        "invariant",       "batch_variant", "nondeterministic", "config_variant",
-        "prefill_variant", "error",         "unsupported"};
+    const std::vector<std::string> verdicts{"invariant",      "batch_variant",   "nondeterministic",
+                                            "config_variant", "prefill_variant", "error",
+                                            "unsupported"};
     std::string text;
     read_string(j, at, "expect", text, "one of " + quoted_list(verdicts) + ", or null");
     s.expect = parse_verdict(text);

@@ -41,9 +41,9 @@ inline std::string to_string(Verdict v) {
 }
 
 inline std::optional<Verdict> parse_verdict(std::string_view s) {
-  for (Verdict v : {Verdict::invariant, Verdict::batch_variant, Verdict::nondeterministic,
-                    Verdict::config_variant, Verdict::prefill_variant,
-                    Verdict::error, Verdict::unsupported}) {
+  for (Verdict v :
+       {Verdict::invariant, Verdict::batch_variant, Verdict::nondeterministic,
+        Verdict::config_variant, Verdict::prefill_variant, Verdict::error, Verdict::unsupported}) {
     if (s == to_string(v)) return v;
   }
   return std::nullopt;
