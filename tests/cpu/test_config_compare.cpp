@@ -478,6 +478,7 @@ TEST(ConfigCompareLlamaCpp, ThreadsAgainstOneThread) {
                         "model_format": "gguf"},
              "plan": {"prompts": {"count": 4, "min_len": 6, "max_len": 12}, "max_tokens": 4,
                       "batch_sizes": [1], "repeats": 2},
+             "compare": {"top_k": 3, "prefill": true},
              "timeout_s": 600},
     "axes": {"engine.options.threads": [1, 2]},
     "compare": {"reference": {"engine.options.threads": 1}, "across": ["engine.options.threads"]}
@@ -505,6 +506,19 @@ TEST(ConfigCompareLlamaCpp, ThreadsAgainstOneThread) {
   // Measured: ggml's thread count does not move a bit on this model (docs/config-comparison.md).
   EXPECT_EQ(config[0].at("logprobs_differ"), 0) << config[0].dump(2);
   EXPECT_EQ(config[0].at("tokens_differ"), 0) << config[0].dump(2);
+  // The adapter's top 3 per step (node-llama-cpp's probabilities) compared too, bitwise.
+  EXPECT_EQ(config[0].at("top_k_compared"), 16) << config[0].dump(2);
+  EXPECT_EQ(config[0].at("top_k_differ"), 0) << config[0].dump(2);
+  // llama.cpp cannot score: its prefill comparison says so, and the verdict comes from the rest.
+  int prefill = 0;
+  for (const json& c : two.at("comparisons")) {
+    if (c.at("kind") != "prefill") continue;
+    ++prefill;
+    EXPECT_NE(c.at("unsupported").get<std::string>().find("capabilities.score"), std::string::npos)
+        << c.dump(2);
+    EXPECT_TRUE(c.at("identical").is_null()) << c.dump(2);
+  }
+  EXPECT_EQ(prefill, 1) << two.at("comparisons").dump(2);
   EXPECT_EQ(two.at("verdict"), "invariant") << two.at("comparisons").dump(2);
   EXPECT_EQ(r.exit_code, 0) << r.output;
 }
