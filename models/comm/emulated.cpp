@@ -142,35 +142,30 @@ void EmulatedGroup::all_gather(int rank, const bf16* in, bf16* out, size_t count
   rendezvous_.finish_and_wait(rank, call);
 }
 
-// Every rank sums the whole message itself (fp32 inputs, bf16 output: out never aliases an input),
-// so no shared scratch is needed; barrier 2 keeps the inputs alive until all ranks have read them.
-void EmulatedGroup::all_reduce_tree_f32(int rank, const float* in, bf16* out, size_t count) {
+// Every rank sums its block itself (fp32 inputs, bf16 output: out never aliases an input), so no
+// shared scratch is needed; barrier 2 keeps the inputs alive until all ranks have read them.
+// `offset`: where this rank's block starts in every input (0 for all_reduce).
+void EmulatedGroup::tree_f32_collective(int rank, CollectiveOp op, const char* name,
+                                        const float* in, bf16* out, size_t offset, size_t count) {
   if (size_ == 1) {
     rendezvous_.throw_if_aborted();
     const float* only[1] = {in};
-    tree_f32_sum(only, 0, count, out);
+    tree_f32_sum(only, offset, count, out);
     return;
   }
-  const uint64_t call =
-      rendezvous_.publish_and_wait(rank, {CollectiveOp::all_reduce_f32, nullptr, count, in});
-  rendezvous_.run_or_abort(rank, "all_reduce_tree_f32",
-                           [&] { tree_f32_sum(rendezvous_.inputs_f32(), 0, count, out); });
+  const uint64_t call = rendezvous_.publish_and_wait(rank, {op, nullptr, count, in});
+  rendezvous_.run_or_abort(rank, name,
+                           [&] { tree_f32_sum(rendezvous_.inputs_f32(), offset, count, out); });
   rendezvous_.finish_and_wait(rank, call);
 }
 
+void EmulatedGroup::all_reduce_tree_f32(int rank, const float* in, bf16* out, size_t count) {
+  tree_f32_collective(rank, CollectiveOp::all_reduce_f32, "all_reduce_tree_f32", in, out, 0, count);
+}
+
 void EmulatedGroup::reduce_scatter_tree_f32(int rank, const float* in, bf16* out, size_t count) {
-  if (size_ == 1) {
-    rendezvous_.throw_if_aborted();
-    const float* only[1] = {in};
-    tree_f32_sum(only, 0, count, out);
-    return;
-  }
-  const uint64_t call =
-      rendezvous_.publish_and_wait(rank, {CollectiveOp::reduce_scatter_f32, nullptr, count, in});
-  rendezvous_.run_or_abort(rank, "reduce_scatter_tree_f32", [&] {
-    tree_f32_sum(rendezvous_.inputs_f32(), static_cast<size_t>(rank) * count, count, out);
-  });
-  rendezvous_.finish_and_wait(rank, call);
+  tree_f32_collective(rank, CollectiveOp::reduce_scatter_f32, "reduce_scatter_tree_f32", in, out,
+                      static_cast<size_t>(rank) * count, count);
 }
 
 }  // namespace bih

@@ -61,6 +61,8 @@ class EmulatedGroup {
   void all_gather(int rank, const bf16* in, bf16* out, size_t count);
   void all_reduce_tree_f32(int rank, const float* in, bf16* out, size_t count);
   void reduce_scatter_tree_f32(int rank, const float* in, bf16* out, size_t count);
+  void tree_f32_collective(int rank, CollectiveOp op, const char* name, const float* in, bf16* out,
+                           size_t offset, size_t count);
 
   const int size_;
   const CollectiveOrders orders_;
