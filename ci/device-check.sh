@@ -3,7 +3,8 @@
 # `bash ci/device-check.sh`): builds bih with CUDA for Hopper (ninja -j16, sm_90), then runs
 #   tests    the GPU tests (label gpu: kernels, pinned GEMM, emulated-on-GPU collectives, NCCL
 #            communicator and fingerprint, device weights, CUDA engine, CUDA probes)
-#   bench    the GEMM benchmark (invariant vs cuBLAS defaults) and the decode step vs the HBM floor
+#   bench    the GEMM benchmark (invariant and tp_invariant vs cuBLAS defaults) and the decode step
+#            vs the HBM floor (BENCH_FILTER: a --benchmark_filter for the first run)
 #   probes   `bih probe nccl` under several NCCL_ALGO settings and `bih probe all`
 #   matrix   scenarios/issue-56370-gpu.json (qwen3-1.7b on the CUDA backend), filtered by
 #            MATRIX_ONLY (space-separated --only globs; default every scenario), localization on
@@ -19,6 +20,8 @@
 #            save_pretrained of the checkpoint, which bih must load to bitwise the same generations
 #   rl       issue 17: scenarios/rl-consistency-gpu.json (every configuration against TP=1 eager of
 #            its kernel family, prefill against decode, top-k and row digests) and its matrix
+#   hfconfig issue 17: the export of stage engines, then only scenarios/hf-transformers-config.json
+#            (HF sdpa against eager: config comparison, prefill against decode, top 5)
 #   sanitize compute-sanitizer memcheck and racecheck over the CUDA kernel and engine tests
 #            (SANITIZE_FILTER, default the kernels, attention and engine suites; each tool
 #            bounded by SANITIZE_TIMEOUT seconds, default 200)
@@ -93,8 +96,8 @@ fi
 
 if stage bench; then
   t=$(date +%s)
-  "$build/bih_cuda_bench" --benchmark_out="$R/bench-cuda.json" --benchmark_out_format=json \
-    >"$R/bench-cuda.txt" 2>&1
+  "$build/bih_cuda_bench" ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} \
+    --benchmark_out="$R/bench-cuda.json" --benchmark_out_format=json >"$R/bench-cuda.txt" 2>&1
   summary "cuda bench: exit $? in $(( $(date +%s) - t )) s"
   grep -E "^BM_" "$R/bench-cuda.txt" | head -60
   # The invariant GEMM without its companion configurations (the pinned reference for every M).
@@ -256,6 +259,24 @@ if stage engines; then
     "$build/bih" diff "$bih_work/$g" "$save_work/$g" >"$R/hf-save-diff-$g.txt" 2>&1
     summary "bih on bih's export vs on HF's save, $g: exit $? ($(head -1 "$R/hf-save-diff-$g.txt"))"
   done
+  pack
+fi
+
+if stage hfconfig; then
+  t=$(date +%s)
+  ckpt=out/models/qwen3-1.7b-hf
+  rm -rf "$ckpt"
+  "$build/bih" export --preset qwen3-1.7b --norm-weights perturbed --format hf --out "$ckpt" \
+    >"$R/hfconfig-export.log" 2>&1
+  summary "export: exit $? in $(( $(date +%s) - t )) s ($(tail -1 "$R/hfconfig-export.log"))"
+  t=$(date +%s)
+  PYTHONUNBUFFERED=1 BIH_CACHE_DIR="$RAW/cache" "$build/bih" run scenarios/hf-transformers-config.json \
+    --out "$R/hfconfig" >"$R/hfconfig.txt" 2>"$R/hfconfig.log"
+  summary "hf-transformers-config.json (sdpa against eager): exit $? in $(( $(date +%s) - t )) s"
+  cat "$R/hfconfig.txt" | tee -a "$OUT/summary.txt"
+  tail -5 "$R/hfconfig.log"
+  "$build/bih" matrix "$R/hfconfig" --format md --out "$R/hfconfig-matrix" >/dev/null 2>&1 &&
+    cp "$R/hfconfig-matrix/matrix.md" "$OUT/hf-transformers-config.md"
   pack
 fi
 

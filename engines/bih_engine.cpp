@@ -42,11 +42,6 @@ Backend resolved_backend(const Scenario& s) {
 std::string bih_unsupported_reason(const Scenario& s) {
   const BihCudaBackend* cuda = EngineRegistry::instance().bih_cuda();
   const bool wants_gpu = s.backend == Backend::cuda || s.ranks == RankKind::nccl;
-  // Checked before whether CUDA is there at all: the reason is the family's, on every build.
-  if (s.kernels == KernelFamily::tp_invariant &&
-      (wants_gpu || (s.backend == Backend::automatic && bih_gpu_count() > 0))) {
-    return "kernels tp_invariant: CPU only so far (CUDA: issue 18)";
-  }
   if (std::string why = tp_invariant_collectives_refusal(s); !why.empty()) return why;
   if (!wants_gpu) return "";
   if (cuda == nullptr) {

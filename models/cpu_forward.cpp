@@ -31,45 +31,12 @@ std::string gemm_detail(KernelFamily family, int M, int N, int K) {
   std::string d =
       "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
   if (family == KernelFamily::invariant) return d + " (invariant: one K order for every M)";
-  if (family == KernelFamily::tp_invariant) {
-    return d + " (tp_invariant: " + std::to_string(kTpInvariantChunks) +
-           " fixed K chunks, one tree, for every M and TP)";
-  }
+  if (family == KernelFamily::tp_invariant) return tp_invariant_gemm_detail(M, N, K);
   if (M < cpu::kVendorSplitKMaxM) {
     return d + " (vendor: split-K " + std::to_string(cpu::kVendorSplitK) + " because M < " +
            std::to_string(cpu::kVendorSplitKMaxM) + ")";
   }
   return d + " (vendor: no split-K at this M)";
-}
-
-// Row-parallel tp_invariant: this rank's fp32 subtree of the chunk tree, before the collective.
-std::string partial_detail(int M, int N, int K_local, int tp) {
-  return "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) +
-         " K=" + std::to_string(K_local) +
-         " (tp_invariant: " + std::to_string(kTpInvariantChunks / tp) + " of " +
-         std::to_string(kTpInvariantChunks) + " K chunks, fp32 subtree, unrounded)";
-}
-
-// kernels tp_invariant needs every rank to hold whole subtrees of the 8-chunk tree: a TP size
-// dividing 8 and every contraction's K a multiple of 8.
-void check_tp_invariant(const ModelConfig& c, int tp) {
-  if (!tp_invariant_tp_ok(tp)) {
-    throw std::invalid_argument("kernels tp_invariant: tp=" + std::to_string(tp) +
-                                " is not supported (1, 2, 4 or 8: the K chunk tree has " +
-                                std::to_string(kTpInvariantChunks) + " leaves)");
-  }
-  const std::pair<const char*, int> ks[] = {
-      {"hidden_size (qkv, gate_up, lm_head K)", c.hidden_size},
-      {"num_heads*head_dim (o_proj K)", c.q_size()},
-      {"intermediate_size (down K)", c.intermediate_size}};
-  for (const auto& [what, K] : ks) {
-    if (K % kTpInvariantChunks != 0) {
-      throw std::invalid_argument("kernels tp_invariant: " + std::string(what) + " = " +
-                                  std::to_string(K) + " is not a multiple of " +
-                                  std::to_string(kTpInvariantChunks) +
-                                  " (every contraction is split into that many K chunks)");
-    }
-  }
 }
 
 }  // namespace
@@ -87,7 +54,7 @@ CpuForward::CpuForward(std::shared_ptr<const ModelWeights> weights, EngineOption
                                 " communicators for tp=" + std::to_string(options_.tp));
   }
   const ModelConfig& c = weights_->config;
-  if (options_.kernels == KernelFamily::tp_invariant) check_tp_invariant(c, options_.tp);
+  if (options_.kernels == KernelFamily::tp_invariant) check_tp_invariant_model(c, options_.tp);
   for (int r = 0; r < options_.tp; ++r) {
     auto state = std::make_unique<RankState>();
     state->weights = shard_for_rank(*weights_, r, options_.tp);
@@ -172,11 +139,7 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
   // stream rows by the rank that holds them (the owner under SP, rank 0 otherwise).
   const bool tracing = step.trace != nullptr;
   auto reduce_detail = [&](int row) {
-    if (tp_inv) {
-      return (step.sp ? "reduce_scatter_tree_f32" : "all_reduce_tree_f32") +
-             std::string(" (chunk tree over the fp32 partials of ") + std::to_string(tp) +
-             " ranks, one bf16 rounding; collectives.* orders do not apply)";
-    }
+    if (tp_inv) return tp_invariant_reduce_detail(step.sp, tp);
     return step.sp ? "reduce_scatter(" + comm.describe() + "), row " + std::to_string(row) +
                          " owned by rank " + std::to_string(row / S) + " of " + std::to_string(tp) +
                          ", " + std::to_string(Mp) + " padded rows"
@@ -217,7 +180,7 @@ void CpuForward::forward_rank(int rank, StepBatch& step) {
     if (tp_inv) {
       cpu::gemm_tp_invariant_partial(x, wt.data(), partial32.data(), Mp, H, K_local,
                                      kTpInvariantChunks / tp);
-      if (tracing) record_partial32(layer, op, partial_detail(Mp, H, K_local, tp));
+      if (tracing) record_partial32(layer, op, tp_invariant_partial_detail(Mp, H, K_local, tp));
       return;
     }
     cpu::gemm(family, x, wt.data(), partial.data(), Mp, H, K_local);

@@ -3,9 +3,12 @@
 
 #include <bit>
 #include <exception>
+#include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "models/comm/communicator.hpp"
+#include "models/tree_sum.hpp"
 
 namespace bih {
 
@@ -75,6 +78,45 @@ void trace_sampled_token(StepBatch& step, size_t index, int vocab_size) {
                                 {std::bit_cast<uint32_t>(step.sampled_logprob[index]),
                                  static_cast<uint32_t>(step.sampled[index])},
                                 true});
+}
+
+void check_tp_invariant_model(const ModelConfig& c, int tp) {
+  if (!tp_invariant_tp_ok(tp)) {
+    throw std::invalid_argument("kernels tp_invariant: tp=" + std::to_string(tp) +
+                                " is not supported (1, 2, 4 or 8: the K chunk tree has " +
+                                std::to_string(kTpInvariantChunks) + " leaves)");
+  }
+  const std::pair<const char*, int> ks[] = {
+      {"hidden_size (qkv, gate_up, lm_head K)", c.hidden_size},
+      {"num_heads*head_dim (o_proj K)", c.q_size()},
+      {"intermediate_size (down K)", c.intermediate_size}};
+  for (const auto& [what, K] : ks) {
+    if (K % kTpInvariantChunks != 0) {
+      throw std::invalid_argument("kernels tp_invariant: " + std::string(what) + " = " +
+                                  std::to_string(K) + " is not a multiple of " +
+                                  std::to_string(kTpInvariantChunks) +
+                                  " (every contraction is split into that many K chunks)");
+    }
+  }
+}
+
+std::string tp_invariant_gemm_detail(int M, int N, int K) {
+  return "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+         " (tp_invariant: " + std::to_string(kTpInvariantChunks) +
+         " fixed K chunks, one tree, for every M and TP)";
+}
+
+std::string tp_invariant_partial_detail(int M, int N, int K_local, int tp) {
+  return "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) +
+         " K=" + std::to_string(K_local) +
+         " (tp_invariant: " + std::to_string(kTpInvariantChunks / tp) + " of " +
+         std::to_string(kTpInvariantChunks) + " K chunks, fp32 subtree, unrounded)";
+}
+
+std::string tp_invariant_reduce_detail(bool sp, int tp) {
+  return (sp ? "reduce_scatter_tree_f32" : "all_reduce_tree_f32") +
+         std::string(" (chunk tree over the fp32 partials of ") + std::to_string(tp) +
+         " ranks, one bf16 rounding; collectives.* orders do not apply)";
 }
 
 }  // namespace bih

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/bf16.hpp"
+#include "models/config.hpp"
 #include "models/cpu/kernels.hpp"
 #include "models/knobs.hpp"
 #include "models/trace.hpp"
@@ -89,6 +90,18 @@ std::string attention_trace_detail(KernelFamily family, const cpu::AttentionQuer
                                    int num_decode);
 // Records the sampled token of logit row `index` (its logprob bits and id) in step.trace.
 void trace_sampled_token(StepBatch& step, size_t index, int vocab_size);
+
+// kernels tp_invariant, as both backends describe and check it (models/tree_sum.hpp).
+// Throws std::invalid_argument unless every rank of TP=tp holds whole subtrees of the K chunk
+// tree: tp is 1, 2, 4 or 8 and every contraction's K (hidden, heads*head_dim, intermediate) is a
+// multiple of kTpInvariantChunks. The message names the dimension.
+void check_tp_invariant_model(const ModelConfig& c, int tp);
+// "gemm M=.. N=.. K=.. (tp_invariant: 8 fixed K chunks, one tree, for every M and TP)"
+std::string tp_invariant_gemm_detail(int M, int N, int K);
+// A row-parallel rank's fp32 subtree: "... (tp_invariant: 2 of 8 K chunks, fp32 subtree, ...)"
+std::string tp_invariant_partial_detail(int M, int N, int K_local, int tp);
+// The tree collective that finishes a row-parallel GEMM, for traces.
+std::string tp_invariant_reduce_detail(bool sp, int tp);
 
 class ForwardBackend {
  public:

@@ -130,7 +130,8 @@ void register_decode_benchmarks() {
   };
   const Variant variants[] = {{bih::GraphMode::none, bih::KernelFamily::invariant},
                               {bih::GraphMode::full, bih::KernelFamily::invariant},
-                              {bih::GraphMode::full, bih::KernelFamily::vendor}};
+                              {bih::GraphMode::full, bih::KernelFamily::vendor},
+                              {bih::GraphMode::full, bih::KernelFamily::tp_invariant}};
   for (int bs : {1, 64}) {
     for (const Variant& v : variants) {
       benchmark::RegisterBenchmark(

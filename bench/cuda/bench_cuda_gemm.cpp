@@ -175,9 +175,14 @@ void bench_shape(benchmark::State& state, Shape s, int M) {
 
   double invariant_seconds = 0.0;
   double vendor_seconds = 0.0;
+  double tp_invariant_seconds = 0.0;
+  operands.time_family(KernelFamily::tp_invariant, 1);  // warm-up
   for (auto _ : state) {
     const double inv = operands.time_family(KernelFamily::invariant, reps);
     const double ven = operands.time_family(KernelFamily::vendor, reps);
+    // The CUDA-core chunk tree is slow at prefill sizes: time it once per batch, not per rep.
+    const int tp_reps = std::max(1, M > 64 ? reps / 16 : reps);
+    tp_invariant_seconds += operands.time_family(KernelFamily::tp_invariant, tp_reps);
     invariant_seconds += inv;
     vendor_seconds += ven;
     state.SetIterationTime(inv);
@@ -191,6 +196,11 @@ void bench_shape(benchmark::State& state, Shape s, int M) {
   state.counters["inv_TFLOPs"] = inv_tflops;
   state.counters["vendor_TFLOPs"] = vendor_tflops;
   state.counters["ratio"] = inv_tflops / vendor_tflops;
+  // kernels tp_invariant (gemm_chunk_tree.cu) beside both, and its weight bandwidth (decode).
+  state.counters["tpinv_us"] = tp_invariant_seconds / iterations * 1e6;
+  state.counters["tpinv_TFLOPs"] = flops * iterations / tp_invariant_seconds * 1e-12;
+  state.counters["tpinv_weight_TBps"] =
+      static_cast<double>(operands.weight_bytes()) / (tp_invariant_seconds / iterations) * 1e-12;
   state.counters["buffer_sets"] = static_cast<double>(operands.sets());
   const bih::cuda::GemmAlgoConfig config = shared_gemm().invariant_config(s.N, s.K);
   const bool companion = &config.serving(M) != &config;

@@ -47,17 +47,15 @@ class Communicator {
   virtual std::string describe() const = 0;
 };
 
-// Communicators without fp32 tree collectives (NCCL, the GPU emulation: kernels tp_invariant is
-// CPU only so far, issue 18) refuse them by name rather than summing in another order.
+// Every communicator in bih implements them (the CPU and GPU emulations, NCCL); one that does not
+// refuses them by name rather than summing in another order.
 inline void Communicator::all_reduce_tree_f32(const float*, bf16*, size_t) {
   throw std::logic_error(describe() +
-                         ": all_reduce_tree_f32 is not implemented (kernels tp_invariant: CPU only "
-                         "so far, CUDA: issue 18)");
+                         ": all_reduce_tree_f32 is not implemented (kernels tp_invariant needs it)");
 }
 inline void Communicator::reduce_scatter_tree_f32(const float*, bf16*, size_t) {
-  throw std::logic_error(describe() +
-                         ": reduce_scatter_tree_f32 is not implemented (kernels tp_invariant: CPU "
-                         "only so far, CUDA: issue 18)");
+  throw std::logic_error(
+      describe() + ": reduce_scatter_tree_f32 is not implemented (kernels tp_invariant needs it)");
 }
 
 }  // namespace bih

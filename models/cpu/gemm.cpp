@@ -191,18 +191,7 @@ __attribute__((target_clones("avx2", "default"))) void gemm_plan(const bf16* x, 
 }
 
 void check_tp_invariant_k(int K, int chunks) {
-  if (!tp_invariant_tp_ok(chunks)) {
-    throw std::invalid_argument("gemm tp_invariant: " + std::to_string(chunks) +
-                                " local chunks; a rank holds 1, 2, 4 or 8 of the " +
-                                std::to_string(kTpInvariantChunks));
-  }
-  if (K % chunks != 0) {
-    throw std::invalid_argument("gemm tp_invariant: K=" + std::to_string(K) +
-                                " does not split into " + std::to_string(chunks) +
-                                " equal chunks (the full K of every contraction must be a "
-                                "multiple of " +
-                                std::to_string(kTpInvariantChunks) + ")");
-  }
+  check_tp_invariant_split("gemm tp_invariant", K, chunks);
 }
 
 }  // namespace

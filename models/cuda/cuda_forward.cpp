@@ -20,6 +20,7 @@
 #include "models/cuda/device_weights.hpp"
 #include "models/cuda/kernels.hpp"
 #include "models/cuda/op_profiler.hpp"
+#include "models/tree_sum.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -141,6 +142,15 @@ InputOffsets input_offsets(size_t M, size_t stride, size_t Ms) {
   return o;
 }
 
+// A row-parallel tp_invariant rank's fp32 partial row, as float32 patterns.
+std::vector<uint32_t> download_f32_bits(const float* device_row, int cols, cudaStream_t stream) {
+  std::vector<uint32_t> bits(cols);
+  cudaCheck(cudaMemcpyAsync(bits.data(), device_row, cols * sizeof(float), cudaMemcpyDeviceToHost,
+                            stream));
+  cudaCheck(cudaStreamSynchronize(stream));
+  return bits;
+}
+
 std::vector<uint32_t> download_bits(const bf16* device_row, int cols, cudaStream_t stream) {
   std::vector<bf16> host(cols);
   cudaCheck(cudaMemcpyAsync(host.data(), device_row, cols * sizeof(bf16), cudaMemcpyDeviceToHost,
@@ -174,6 +184,9 @@ struct CudaForward::Impl {
     std::vector<KvPool> pools;       // per layer
     // Activations, [capacity rows, cols].
     DeviceArray<bf16> residual, h_local, h_full, partial, reduced, qkv, q, k, attn, gate_up, act;
+    // kernels tp_invariant: the row-parallel GEMMs' unrounded fp32 subtrees [capacity rows, H],
+    // which the tree collectives finish (models/tree_sum.hpp).
+    DeviceArray<float> partial32;
     // Step inputs: one upload per step into `inputs`, laid out by input_offsets.
     DeviceArray<uint8_t> inputs;
     InputSlice<int32_t> tokens, positions, block_tables, context_lens, logit_rows;
@@ -263,10 +276,7 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> model, EngineOptions
   m.device = device;
   if (ranks.empty()) throw std::invalid_argument("CudaForward: no local ranks");
   if (m.options.kernels == KernelFamily::tp_invariant) {
-    // The driver refuses this as `unsupported` first (engines/bih_engine.cpp); never run it as
-    // another family.
-    throw std::invalid_argument(
-        "CudaForward: kernels tp_invariant: CPU only so far (CUDA: issue 18)");
+    check_tp_invariant_model(m.model->config(), m.options.tp);
   }
   cudaCheck(cudaSetDevice(device));
   cudaDeviceProp prop{};
@@ -349,6 +359,7 @@ void CudaForward::Impl::reserve(const StepBatch& step) {
            {&r->residual, &r->h_local, &r->h_full, &r->partial, &r->reduced}) {
         a->reserve(R * H);
       }
+      if (options.kernels == KernelFamily::tp_invariant) r->partial32.reserve(R * H);
       r->qkv.reserve(R * (q_cols + 2 * kv_cols));
       r->q.reserve(R * q_cols);
       r->attn.reserve(R * q_cols);
@@ -411,6 +422,7 @@ void CudaForward::Impl::upload_inputs(Rank& r) {
 std::string CudaForward::Impl::gemm_detail(Rank& r, int M, int N, int K) const {
   const std::string d =
       "gemm M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  if (options.kernels == KernelFamily::tp_invariant) return tp_invariant_gemm_detail(M, N, K);
   if (options.kernels == KernelFamily::invariant) {
     return d + " (invariant, pinned: " + r.gemm->invariant_config(N, K).describe() + ")";
   }
@@ -450,8 +462,17 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
     mark("all_gather");
     if (step.sp) comm.all_gather(r.h_local.get(), r.h_full.get(), static_cast<size_t>(S) * H);
   };
+  const bool tp_inv = family == KernelFamily::tp_invariant;
   auto reduce = [&] {
     mark(step.sp ? "reduce_scatter" : "all_reduce");
+    if (tp_inv) {
+      if (step.sp) {
+        comm.reduce_scatter_tree_f32(r.partial32.get(), r.reduced.get(), static_cast<size_t>(S) * H);
+      } else {
+        comm.all_reduce_tree_f32(r.partial32.get(), r.partial.get(), static_cast<size_t>(Mp) * H);
+      }
+      return;
+    }
     if (step.sp) {
       comm.reduce_scatter(r.partial.get(), r.reduced.get(), static_cast<size_t>(S) * H);
     } else {
@@ -459,6 +480,7 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
     }
   };
   auto reduce_detail = [&](int row) {
+    if (tp_inv) return tp_invariant_reduce_detail(step.sp, tp);
     return step.sp ? "reduce_scatter(" + comm.describe() + "), row " + std::to_string(row) +
                          " owned by rank " + std::to_string(row / S) + " of " + std::to_string(tp) +
                          ", " + std::to_string(Mp) + " padded rows"
@@ -484,6 +506,23 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
                                     download_bits(src, H, s)});
     }
   };
+  // Row-parallel GEMM into r.partial (bf16 partial sums) or, for tp_invariant, into r.partial32
+  // (this rank's unrounded subtree of the chunk tree), traced as the CPU backend traces it.
+  auto row_parallel = [&](int layer, const char* op, const bf16* x, const bf16* wt, int K_local) {
+    if (tp_inv) {
+      r.gemm->gemm_tp_invariant_partial(x, wt, r.partial32.get(), Mp, H, K_local,
+                                        kTpInvariantChunks / tp, s);
+      for (size_t i = 0; tracing && i < step.trace_rows.size(); ++i) {
+        const float* row = r.partial32.get() + static_cast<size_t>(step.trace_rows[i]) * H;
+        step.trace->record(TraceEntry{layer, op, rank, step.trace_positions[i],
+                                      tp_invariant_partial_detail(Mp, H, K_local, tp),
+                                      download_f32_bits(row, H, s), true});
+      }
+      return;
+    }
+    r.gemm->gemm(family, x, wt, r.partial.get(), Mp, H, K_local, s);
+    if (tracing) record_sharded(layer, op, r.partial.get(), H, gemm_detail(r, Mp, H, K_local));
+  };
   auto fixed = [](const char* text) { return [text](int) { return std::string(text); }; };
 
   if (piece == 0) {
@@ -498,10 +537,7 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
     const int l = piece - 1;
     const DeviceLayerWeights& lw = w.layers[l];
     mark("gemm o_proj");
-    r.gemm->gemm(family, r.attn.get(), lw.o_proj, r.partial.get(), Mp, H, q_cols, s);
-    if (tracing) {
-      record_sharded(l, "o_proj", r.partial.get(), H, gemm_detail(r, Mp, H, q_cols));
-    }
+    row_parallel(l, "o_proj", r.attn.get(), lw.o_proj, q_cols);
     reduce();
     record_stream(l, "attn_reduce", reduced, reduce_detail);
     mark("add_rms_norm");
@@ -514,13 +550,12 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
     r.gemm->gemm(family, full_rows, lw.gate_up, r.gate_up.get(), Mp, 2 * I, H, s);
     mark("silu_mul");
     silu_mul(r.gate_up.get(), r.act.get(), Mp, I, s);
-    mark("gemm down");
-    r.gemm->gemm(family, r.act.get(), lw.down, r.partial.get(), Mp, H, I, s);
     if (tracing) {
       record_sharded(l, "gate_up", r.gate_up.get(), 2 * I, gemm_detail(r, Mp, 2 * I, H));
       record_sharded(l, "act", r.act.get(), I, "silu(gate) * up");
-      record_sharded(l, "down", r.partial.get(), H, gemm_detail(r, Mp, H, I));
     }
+    mark("gemm down");
+    row_parallel(l, "down", r.act.get(), lw.down, I);
     reduce();
     record_stream(l, "mlp_reduce", reduced, reduce_detail);
     const bool last = l + 1 == L;

@@ -9,11 +9,13 @@
 
 #include "models/cuda/check.hpp"
 #include "models/cuda/emulated_gpu_kernels.hpp"
+#include "models/tree_sum.hpp"
 
 namespace bih::cuda {
 
 static_assert(sizeof(bf16) == sizeof(uint16_t), "bf16 must be its 16 bits, as the kernel reads it");
 static_assert(detail::kMaxChainLength == kMaxRanks, "the kernel's chain must fit any group");
+static_assert(detail::kMaxTreeRanks == kTpInvariantChunks, "the tree kernel must fit any TP size");
 
 namespace {
 
@@ -111,6 +113,16 @@ void EmulatedGpuRank::reduce_scatter(const bf16* in, bf16* out, size_t count) {
 
 void EmulatedGpuRank::all_gather(const bf16* in, bf16* out, size_t count) {
   group_->all_gather(rank_, in, out, count);
+}
+
+void EmulatedGpuRank::all_reduce_tree_f32(const float* in, bf16* out, size_t count) {
+  group_->tree_f32_collective(rank_, CollectiveOp::all_reduce_f32, "all_reduce_tree_f32", in, out,
+                              0, count);
+}
+
+void EmulatedGpuRank::reduce_scatter_tree_f32(const float* in, bf16* out, size_t count) {
+  group_->tree_f32_collective(rank_, CollectiveOp::reduce_scatter_f32, "reduce_scatter_tree_f32",
+                              in, out, static_cast<size_t>(rank_) * count, count);
 }
 
 void EmulatedGpuRank::abort(const std::string& why) {
@@ -285,6 +297,54 @@ void EmulatedGpuGroup::all_gather(int rank, const bf16* in, bf16* out, size_t co
   });
   rendezvous_.finish_and_wait(rank, call);
   rendezvous_.run_or_abort(rank, "all_gather",
+                           [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
+}
+
+// The tree's sum reads every rank's fp32 input and writes only this rank's bf16 output, so no
+// scratch is needed; the second barrier keeps the inputs alive until every rank has read them.
+void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char* name,
+                                           const float* in, bf16* out, size_t offset,
+                                           size_t count) {
+  EmulatedGpuRank& me = *ranks_[rank];
+  const size_t in_count = op == CollectiveOp::all_reduce_f32 ? count : count * size_;
+  auto launch = [&](const std::vector<const float*>& inputs) {
+    detail::TreeF32SumArgs args;
+    if (!tp_invariant_tp_ok(size_)) {
+      throw std::invalid_argument(std::string("emulated GPU comm: ") + name + " needs 1, 2, 4 or " +
+                                  "8 ranks (the chunk tree), not " + std::to_string(size_));
+    }
+    std::copy(inputs.begin(), inputs.end(), args.inputs);
+    args.ranks = size_;
+    args.input_offset = offset;
+    args.count = count;
+    args.out = bits_of(out);
+    detail::launch_tree_f32_sum(args, me.stream_);
+  };
+  auto check_pointers = [&] {
+    cudaCheck(cudaSetDevice(device_));
+    check_device_pointer(in, in_count, device_, rank, "a tree collective's fp32 input");
+    check_device_pointer(out, count, device_, rank, "a tree collective's output");
+  };
+  if (size_ == 1) {
+    rendezvous_.throw_if_aborted();
+    me.last_arrival_order_ = {0};
+    check_pointers();
+    launch({in});
+    return;
+  }
+  rendezvous_.run_or_abort(rank, name, [&] {
+    check_pointers();
+    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
+  });
+  const uint64_t call = rendezvous_.publish_and_wait(rank, {op, nullptr, count, in});
+  rendezvous_.run_or_abort(rank, name, [&] {
+    me.last_arrival_order_ = rendezvous_.arrival_order();
+    wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
+    launch(rendezvous_.inputs_f32());
+    cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
+  });
+  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.run_or_abort(rank, name,
                            [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
 

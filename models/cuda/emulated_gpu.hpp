@@ -55,6 +55,9 @@ class EmulatedGpuRank final : public Communicator {
   void all_reduce(bf16* data, size_t count) override;
   void reduce_scatter(const bf16* in, bf16* out, size_t count) override;
   void all_gather(const bf16* in, bf16* out, size_t count) override;
+  // kernels tp_invariant: fp32 in, the chunk tree over the ranks, bf16 out (communicator.hpp).
+  void all_reduce_tree_f32(const float* in, bf16* out, size_t count) override;
+  void reduce_scatter_tree_f32(const float* in, bf16* out, size_t count) override;
   void abort(const std::string& why) override;
   std::string describe() const override;
 
@@ -117,6 +120,9 @@ class EmulatedGpuGroup {
   void all_reduce(int rank, bf16* data, size_t count);
   void reduce_scatter(int rank, const bf16* in, bf16* out, size_t count);
   void all_gather(int rank, const bf16* in, bf16* out, size_t count);
+  // Both tree collectives: rank sums block `offset..offset+count` of every rank's fp32 input.
+  void tree_f32_collective(int rank, CollectiveOp op, const char* name, const float* in, bf16* out,
+                           size_t offset, size_t count);
   // A group of one: checks for abort, then copies in -> out on the rank's stream if they differ.
   void single_rank_copy(const bf16* in, bf16* out, size_t count);
 

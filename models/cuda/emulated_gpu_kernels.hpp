@@ -32,4 +32,17 @@ struct ChainSumArgs {
 // Enqueues the sum on `stream`; throws std::runtime_error (file:line) if the launch fails.
 void launch_chain_sum(const ChainSumArgs& args, cudaStream_t stream);
 
+// kernels tp_invariant's collectives (Communicator::*_tree_f32), shared by the emulated and the
+// NCCL communicator: out[i] = bf16(pairwise_tree_sum over r in rank order of
+// inputs[r][input_offset + i]), the host's tree_f32_sum (models/comm/reduce_order.hpp) bit for bit.
+inline constexpr int kMaxTreeRanks = 8;  // bih::kTpInvariantChunks
+struct TreeF32SumArgs {
+  const float* inputs[kMaxTreeRanks] = {};  // [ranks] device pointers
+  int ranks = 0;                            // 1, 2, 4 or 8
+  size_t input_offset = 0;
+  size_t count = 0;
+  uint16_t* out = nullptr;  // [count] device bf16 bits; never overlaps an input
+};
+void launch_tree_f32_sum(const TreeF32SumArgs& args, cudaStream_t stream);
+
 }  // namespace bih::cuda::detail

@@ -27,9 +27,11 @@
 #include <vector>
 
 #include "models/cuda/check.hpp"
+#include "models/cuda/gemm_chunk_tree.hpp"
 #include "models/cuda/gemm_equivalence.hpp"
 #include "models/cuda/gemm_skinny.hpp"
 #include "models/cuda/gemm_tiled.hpp"
+#include "models/tree_sum.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -944,6 +946,11 @@ void CudaGemm::gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, 
   if (x == nullptr || w == nullptr || y == nullptr) {
     throw std::invalid_argument("CudaGemm::gemm: x, w and y must be device pointers, not null");
   }
+  if (family == KernelFamily::tp_invariant) {
+    check_tp_invariant_split("CudaGemm::gemm tp_invariant", K, kTpInvariantChunks);
+    launch_chunk_tree_gemm(x, w, y, nullptr, M, N, K, kTpInvariantChunks, stream);
+    return;
+  }
   std::lock_guard<std::mutex> lock(impl_->mutex);
   if (family == KernelFamily::vendor) {
     const uint32_t alignment =
@@ -989,6 +996,21 @@ void CudaGemm::gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, 
   }
   impl_->run_cublaslt(companion != nullptr ? companion->algo : p.algo, x, w, y, M, N, K,
                       impl_->scheduler_workspace, impl_->options.scheduler_workspace_bytes, stream);
+}
+
+void CudaGemm::gemm_tp_invariant_partial(const bf16* x, const bf16* w, float* y, int M, int N,
+                                         int K, int chunks, cudaStream_t stream) {
+  if (M < 1 || N < 1 || K < 1) {
+    throw std::invalid_argument("CudaGemm::gemm_tp_invariant_partial: M, N, K must be >= 1; got M=" +
+                                std::to_string(M) + " N=" + std::to_string(N) +
+                                " K=" + std::to_string(K));
+  }
+  if (x == nullptr || w == nullptr || y == nullptr) {
+    throw std::invalid_argument(
+        "CudaGemm::gemm_tp_invariant_partial: x, w and y must be device pointers, not null");
+  }
+  check_tp_invariant_split("CudaGemm::gemm_tp_invariant_partial", K, chunks);
+  launch_chunk_tree_gemm(x, w, nullptr, y, M, N, K, chunks, stream);
 }
 
 GemmAlgoConfig CudaGemm::invariant_config(int N, int K) {

@@ -1,5 +1,9 @@
 // gemm.hpp: the CUDA backend's bf16 GEMM, y[M, N] = x[M, K] · w[N, K]^T, in both kernel families.
 //
+// `tp_invariant`: the own CUDA-core kernel of gemm_chunk_tree.hpp, bit for bit the CPU family of
+// the same name (8 fixed K chunks, one tree) at every M; row-parallel ranks take their subtree
+// unrounded in fp32 (gemm_tp_invariant_partial) for the tree collectives to finish.
+//
 // `invariant`: one cuBLASLt algorithm per weight shape (N, K), the reference, pinned once: split-K
 // 1, reduction scheme none, no workspace beyond a tile-scheduler counter (see
 // CudaGemmOptions::scheduler_workspace_bytes), every tile/stage/cluster field fixed, and
@@ -162,6 +166,13 @@ class CudaGemm {
   // algorithm is not valid there), or when (N, K) would be pinned while `stream` is capturing.
   void gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, int M, int N, int K,
             cudaStream_t stream);
+
+  // kernels tp_invariant, a row-parallel rank's share: y[M, N] fp32, unrounded, = the subtree of
+  // the kTpInvariantChunks-chunk tree over this rank's `chunks` consecutive chunks of K (the rank
+  // holds K = full K * chunks / 8). Throws std::invalid_argument unless chunks is 1, 2, 4 or 8 and
+  // divides K.
+  void gemm_tp_invariant_partial(const bf16* x, const bf16* w, float* y, int M, int N, int K,
+                                 int chunks, cudaStream_t stream);
 
   // The invariant family's configuration for (N, K), companions included; pins it on first use
   // (GPU work when companions are on: call outside graph capture).

@@ -19,12 +19,14 @@
 
 #include "models/cuda/check.hpp"
 #include "models/cuda/emulated_gpu_kernels.hpp"
+#include "models/tree_sum.hpp"
 
 namespace bih::cuda {
 namespace {
 
 const char* op_name(int op) {
-  static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather"};
+  static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                       "all_reduce_tree_f32", "reduce_scatter_tree_f32"};
   return kNames[op];
 }
 
@@ -396,7 +398,8 @@ void NcclCommunicator::reserve(size_t max_count) {
       options_.orders.reduce_scatter != ReduceOrder::fixed) {
     return;
   }
-  const size_t needed = max_count * static_cast<size_t>(size_);
+  // fp32 elements take two bf16 ones: room for the tree collectives too.
+  const size_t needed = 2 * max_count * static_cast<size_t>(size_);
   if (needed <= staging_capacity_) return;
   cudaCheck(cudaSetDevice(device_));
   if (capturing()) {
@@ -482,6 +485,74 @@ void NcclCommunicator::reduce_scatter(const bf16* in, bf16* out, size_t count) {
       return ncclReduceScatter(in, out, count, ncclBfloat16, ncclSum, comm, stream_);
     });
   }
+  end_collective();
+}
+
+void NcclCommunicator::check_tree_size(const char* what) const {
+  if (!tp_invariant_tp_ok(size_)) {
+    throw std::invalid_argument(where() + ": " + what + " needs 1, 2, 4 or 8 ranks (the chunk " +
+                                "tree of kernels tp_invariant), not " + std::to_string(size_));
+  }
+}
+
+void NcclCommunicator::launch_tree_sum(const std::vector<const float*>& inputs, size_t count,
+                                       bf16* out) {
+  detail::TreeF32SumArgs args;
+  std::copy(inputs.begin(), inputs.end(), args.inputs);
+  args.ranks = size_;
+  args.count = count;
+  args.out = reinterpret_cast<uint16_t*>(out);
+  try {
+    detail::launch_tree_f32_sum(args, stream_);
+  } catch (const std::exception& e) {
+    abort_and_throw(where() + ": the tree sum of " + describe_latest() +
+                    " failed to launch: " + e.what());
+  }
+}
+
+void NcclCommunicator::all_reduce_tree_f32(const float* in, bf16* out, size_t count) {
+  check_tree_size("all_reduce_tree_f32");
+  begin_collective(Op::all_reduce_tree_f32, count);
+  if (count == 0) return;
+  // Every rank gathers every rank's fp32 buffer: staging [size][count] floats; then sums it.
+  auto* staging = reinterpret_cast<float*>(staging_for(2 * count));
+  nccl_call("ncclAllGather", [&](ncclComm_t comm) {
+    return ncclAllGather(in, staging, count, ncclFloat32, comm, stream_);
+  });
+  std::vector<const float*> inputs(size_);
+  for (int q = 0; q < size_; ++q) inputs[q] = staging + static_cast<size_t>(q) * count;
+  launch_tree_sum(inputs, count, out);
+  end_collective();
+}
+
+void NcclCommunicator::reduce_scatter_tree_f32(const float* in, bf16* out, size_t count) {
+  check_tree_size("reduce_scatter_tree_f32");
+  begin_collective(Op::reduce_scatter_tree_f32, count);
+  if (count == 0) return;
+  // All-to-all of fp32 blocks: peer q's block `rank` lands in staging block q; this rank's own
+  // block is read where it is.
+  auto* staging = reinterpret_cast<float*>(staging_for(2 * count));
+  nccl_call("ncclSend/ncclRecv", [&](ncclComm_t comm) {
+    const ncclResult_t started = ncclGroupStart();
+    if (started != ncclSuccess) return started;
+    ncclResult_t first = ncclSuccess;
+    for (int peer = 0; peer < size_ && no_error(first); ++peer) {
+      if (peer == rank_) continue;
+      const size_t block = static_cast<size_t>(peer) * count;
+      first = ncclSend(in + block, count, ncclFloat32, peer, comm, stream_);
+      if (no_error(first)) {
+        first = ncclRecv(staging + block, count, ncclFloat32, peer, comm, stream_);
+      }
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return no_error(first) ? ended : first;
+  });
+  std::vector<const float*> inputs(size_);
+  for (int q = 0; q < size_; ++q) {
+    const size_t block = static_cast<size_t>(q) * count;
+    inputs[q] = q == rank_ ? in + static_cast<size_t>(rank_) * count : staging + block;
+  }
+  launch_tree_sum(inputs, count, out);
   end_collective();
 }
 
@@ -571,6 +642,12 @@ void NcclCommunicator::launch_fixed_sum(const std::vector<const bf16*>&, size_t,
 void NcclCommunicator::all_reduce(bf16*, size_t) { throw_no_nccl(); }
 void NcclCommunicator::reduce_scatter(const bf16*, bf16*, size_t) { throw_no_nccl(); }
 void NcclCommunicator::all_gather(const bf16*, bf16*, size_t) { throw_no_nccl(); }
+void NcclCommunicator::all_reduce_tree_f32(const float*, bf16*, size_t) { throw_no_nccl(); }
+void NcclCommunicator::reduce_scatter_tree_f32(const float*, bf16*, size_t) { throw_no_nccl(); }
+void NcclCommunicator::launch_tree_sum(const std::vector<const float*>&, size_t, bf16*) {
+  throw_no_nccl();
+}
+void NcclCommunicator::check_tree_size(const char*) const { throw_no_nccl(); }
 void NcclCommunicator::wait(std::chrono::milliseconds) { throw_no_nccl(); }
 
 #endif

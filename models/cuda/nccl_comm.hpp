@@ -123,6 +123,12 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(bf16* data, size_t count) override;
   void reduce_scatter(const bf16* in, bf16* out, size_t count) override;
   void all_gather(const bf16* in, bf16* out, size_t count) override;
+  // kernels tp_invariant (communicator.hpp): the fp32 partials travel as fp32 (all_reduce: an
+  // ncclAllGather of every rank's buffer; reduce_scatter: an all-to-all of blocks, both into the
+  // staging buffer), then one kernel sums them by the chunk tree in rank order and rounds once,
+  // bit for bit the emulated communicators. Needs size 1, 2, 4 or 8 (std::invalid_argument).
+  void all_reduce_tree_f32(const float* in, bf16* out, size_t count) override;
+  void reduce_scatter_tree_f32(const float* in, bf16* out, size_t count) override;
   // ncclCommAbort (once; the first reason wins); safe from any thread. Later calls throw
   // CommAborted(why). With a blocking communicator it waits for an NCCL call in progress.
   void abort(const std::string& why) override;
@@ -144,12 +150,13 @@ class NcclCommunicator final : public Communicator {
   void wait(std::chrono::milliseconds timeout);
 
   // Makes the `fixed` staging buffer hold collectives of up to max_count elements per rank
-  // (all_reduce's count, reduce_scatter's per-rank count). No-op unless an order is `fixed`.
+  // (all_reduce's count, reduce_scatter's per-rank count), fp32 ones (the tree collectives of
+  // kernels tp_invariant) included. No-op unless an order is `fixed`.
   // Call it outside stream capture.
   void reserve(size_t max_count);
 
  private:
-  enum class Op { all_reduce, reduce_scatter, all_gather };
+  enum class Op { all_reduce, reduce_scatter, all_gather, all_reduce_tree_f32, reduce_scatter_tree_f32 };
 
   void release() noexcept;
   // Checks for abort, makes the device current and records `op` as the latest collective.
@@ -164,6 +171,9 @@ class NcclCommunicator final : public Communicator {
   void launch_fixed_sum(const std::vector<const bf16*>& inputs, size_t count, bf16* out);
   // Staging for a `fixed` collective of `count` elements per rank; grows outside capture only.
   bf16* staging_for(size_t count);
+  // The tree sum of inputs[q] (q in rank order) into out, for the tree collectives.
+  void launch_tree_sum(const std::vector<const float*>& inputs, size_t count, bf16* out);
+  void check_tree_size(const char* what) const;
   void grow_staging(size_t elements);
   void abort_locked(const std::string& why);
   [[noreturn]] void abort_and_throw(const std::string& why);

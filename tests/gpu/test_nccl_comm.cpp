@@ -254,6 +254,46 @@ TEST(NcclCommTest, BlockingCommunicatorGivesTheSameFixedBits) {
   expect_model_bits(ReduceOrder::fixed, 2, cases, "blocking fixed n=2");
 }
 
+// kernels tp_invariant's fp32 collectives on NCCL ranks: bitwise the host's tree over the ranks
+// (the emulated groups are held to the same model in tests/gpu/test_cuda_tp_invariant.cpp).
+TEST(NcclCommTest, TreeF32CollectivesAreTheHostChunkTree) {
+  BIH_SKIP_WITHOUT_NCCL_GPUS();
+  HangGuard guard(300s);
+  const int gpus = cuda::device_count();
+  const int n = gpus >= 8 ? 8 : gpus >= 4 ? 4 : 2;
+  const size_t count = 4097;
+  std::vector<std::vector<float>> in(n);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<bf16> a = random_bf16(count * n, 500 + r), b = random_bf16(count * n, 600 + r);
+    in[r].resize(count * n);
+    // Products of two bf16 values: 16 significant bits, so a bf16 hop anywhere would show.
+    for (size_t i = 0; i < in[r].size(); ++i) in[r][i] = to_float(a[i]) * to_float(b[i]);
+  }
+  std::vector<std::vector<bf16>> reduced(n), scattered(n);
+  const CollectiveOrders orders{ReduceOrder::fixed, ReduceOrder::fixed, ReduceOrder::ring};
+  const NcclUniqueId id = fresh_unique_id();
+  const auto failures = run_ranks(n, [&](int r) {
+    NcclCommunicator comm(r, n, id, r, options_for(orders));
+    test::DeviceBuffer<float> input(in[r]);
+    DeviceBf16Buffer ar(count * n, r), rs(count, r);
+    comm.all_reduce_tree_f32(input.get(), ar.data(), count * n);
+    comm.reduce_scatter_tree_f32(input.get(), rs.data(), count);
+    comm.synchronize();
+    reduced[r] = ar.download(comm.stream());
+    scattered[r] = rs.download(comm.stream());
+  });
+  for (int r = 0; r < n; ++r) ASSERT_EQ(failures[r], "") << "rank " << r;
+  std::vector<const float*> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(in[r].data());
+  std::vector<bf16> want(count * n);
+  tree_f32_sum(inputs, 0, count * n, want.data());
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(first_difference(reduced[r], want), -1) << "all_reduce_tree_f32 rank " << r;
+    const std::vector<bf16> block(want.begin() + r * count, want.begin() + (r + 1) * count);
+    EXPECT_EQ(first_difference(scattered[r], block), -1) << "reduce_scatter_tree_f32 rank " << r;
+  }
+}
+
 // At TP=2 an element's sum is one add of two bf16 values, whatever the order: NCCL's ring and
 // tree must give every model's bits (DESIGN.md: why TP=2 hides ordering bugs).
 TEST(NcclCommTest, RingAndTreeAtTp2EqualEveryOrderModel) {

@@ -1,0 +1,180 @@
+// gemm_chunk_tree.cu: the tp_invariant GEMM kernel and its launcher (gemm_chunk_tree.hpp).
+//
+// Layout: a block of kThreads threads covers kThreads / chunks output columns; thread t owns
+// column n = block's first + t / chunks and chunk c = t % chunks, so one column's chunks sit in
+// consecutive lanes of a warp and their tree is three shuffles. blockIdx.x walks the row tiles of
+// x fastest, so the tiles that read the same weight rows run together and share them in L2.
+// Memory: each step a thread reads 16 bytes of its weight row (8 bf16: one product per lane) and
+// the same 16 bytes of each of its TM x rows; at TM = 1 it reads kAhead steps before it adds, so
+// a decode GEMV keeps enough bytes in flight.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "models/cuda/bf16_bits.cuh"
+#include "models/cuda/check.hpp"
+#include "models/cuda/gemm_chunk_tree.hpp"
+
+namespace bih::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kLanes = 8;
+
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[kLanes]) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// acc[j] += x[j] * w[j], rounded twice (no FMA): the CPU's `acc += xv * wv` lane for lane.
+__device__ __forceinline__ void accumulate(float (&acc)[kLanes], const float (&xf)[kLanes],
+                                           const float (&wf)[kLanes]) {
+#pragma unroll
+  for (int j = 0; j < kLanes; ++j) acc[j] = __fadd_rn(acc[j], __fmul_rn(xf[j], wf[j]));
+}
+
+// models/cpu/gemm.cpp's reduce_lanes.
+__device__ __forceinline__ float reduce_lanes(const float (&a)[kLanes]) {
+  const float t0 = __fadd_rn(a[0], a[4]);
+  const float t1 = __fadd_rn(a[1], a[5]);
+  const float t2 = __fadd_rn(a[2], a[6]);
+  const float t3 = __fadd_rn(a[3], a[7]);
+  return __fadd_rn(__fadd_rn(t0, t2), __fadd_rn(t1, t3));
+}
+
+// TM: rows of x per thread. kVector: 16-byte loads (chunk length a multiple of 8, rows aligned).
+template <int TM, bool kVector>
+__global__ void __launch_bounds__(kThreads)
+    chunk_tree_gemm_kernel(const uint16_t* __restrict__ x,  // [M, K]
+                           const uint16_t* __restrict__ w,  // [N, K]
+                           uint16_t* __restrict__ y_bf16,   // [M, N] or null
+                           float* __restrict__ y_f32,       // [M, N] or null
+                           int M, int N, int K, int chunks) {
+  const int chunk_len = K / chunks;
+  const int c = threadIdx.x % chunks;
+  const int n = blockIdx.y * (kThreads / chunks) + threadIdx.x / chunks;
+  const int m0 = blockIdx.x * TM;
+  float acc[TM][kLanes];
+#pragma unroll
+  for (int t = 0; t < TM; ++t) {
+#pragma unroll
+    for (int j = 0; j < kLanes; ++j) acc[t][j] = 0.0f;
+  }
+  if (n < N) {
+    const size_t k0 = static_cast<size_t>(c) * chunk_len;
+    const uint16_t* w_row = w + static_cast<size_t>(n) * K + k0;
+    const uint16_t* x_row[TM];
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+      // Rows past M read row M-1 and are never written: every lane's chain stays the same.
+      x_row[t] = x + static_cast<size_t>(min(m0 + t, M - 1)) * K + k0;
+    }
+    const int steps = chunk_len / kLanes;
+    int step = 0;
+    if constexpr (kVector) {
+      // At TM = 1 the thread loads kAhead steps of w and x before it adds any of them.
+      constexpr int kAhead = TM == 1 ? 8 : TM == 2 ? 4 : 1;
+      for (; step + kAhead <= steps; step += kAhead) {
+        uint4 wv[kAhead];
+        uint4 xv[TM][kAhead];
+#pragma unroll
+        for (int a = 0; a < kAhead; ++a) {
+          wv[a] = __ldg(reinterpret_cast<const uint4*>(w_row) + step + a);
+#pragma unroll
+          for (int t = 0; t < TM; ++t) xv[t][a] = __ldg(reinterpret_cast<const uint4*>(x_row[t]) + step + a);
+        }
+#pragma unroll
+        for (int a = 0; a < kAhead; ++a) {
+          float wf[kLanes];
+          unpack8(wv[a], wf);
+#pragma unroll
+          for (int t = 0; t < TM; ++t) {
+            float xf[kLanes];
+            unpack8(xv[t][a], xf);
+            accumulate(acc[t], xf, wf);
+          }
+        }
+      }
+    }
+    for (; step < steps; ++step) {
+      float wf[kLanes];
+#pragma unroll
+      for (int j = 0; j < kLanes; ++j) wf[j] = bits::widen(w_row[step * kLanes + j]);
+#pragma unroll
+      for (int t = 0; t < TM; ++t) {
+        float xf[kLanes];
+#pragma unroll
+        for (int j = 0; j < kLanes; ++j) xf[j] = bits::widen(x_row[t][step * kLanes + j]);
+        accumulate(acc[t], xf, wf);
+      }
+    }
+    // The chunk's tail continues the lane pattern: element k0 + j + 8i lands in lane j.
+    const int tail0 = steps * kLanes;
+#pragma unroll
+    for (int j = 0; j < kLanes; ++j) {  // static lane indices keep acc in registers
+      if (tail0 + j >= chunk_len) break;
+      const float wv = bits::widen(w_row[tail0 + j]);
+#pragma unroll
+      for (int t = 0; t < TM; ++t) {
+        acc[t][j] = __fadd_rn(acc[t][j], __fmul_rn(bits::widen(x_row[t][tail0 + j]), wv));
+      }
+    }
+  }
+  float part[TM];
+#pragma unroll
+  for (int t = 0; t < TM; ++t) part[t] = reduce_lanes(acc[t]);
+  // pairwise_tree_sum over the chunk index: at each level the lower chunk adds its neighbour's sum.
+  for (int width = 1; width < chunks; width *= 2) {
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+      const float other = __shfl_down_sync(0xffffffffu, part[t], width);
+      if (c % (2 * width) == 0) part[t] = __fadd_rn(part[t], other);
+    }
+  }
+  if (c != 0 || n >= N) return;
+#pragma unroll
+  for (int t = 0; t < TM; ++t) {
+    if (m0 + t >= M) break;
+    const size_t at = static_cast<size_t>(m0 + t) * N + n;
+    if (y_f32 != nullptr) {
+      y_f32[at] = part[t];
+    } else {
+      y_bf16[at] = bits::narrow(part[t]);
+    }
+  }
+}
+
+template <int TM>
+void launch_tm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N, int K,
+               int chunks, cudaStream_t stream) {
+  const int columns_per_block = kThreads / chunks;
+  const dim3 grid((M + TM - 1) / TM, (N + columns_per_block - 1) / columns_per_block);
+  const auto* xb = static_cast<const uint16_t*>(x);
+  const auto* wb = static_cast<const uint16_t*>(w);
+  auto* yb = static_cast<uint16_t*>(y_bf16);
+  const bool aligned = (K / chunks) % kLanes == 0 && K % kLanes == 0 &&
+                       reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  if (aligned) {
+    chunk_tree_gemm_kernel<TM, true><<<grid, kThreads, 0, stream>>>(xb, wb, yb, y_f32, M, N, K, chunks);
+  } else {
+    chunk_tree_gemm_kernel<TM, false><<<grid, kThreads, 0, stream>>>(xb, wb, yb, y_f32, M, N, K, chunks);
+  }
+  cudaCheck(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N,
+                            int K, int chunks, cudaStream_t stream) {
+  if (M == 1) return launch_tm<1>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
+  if (M == 2) return launch_tm<2>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
+  if (M <= 4) return launch_tm<4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
+  launch_tm<8>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
+}
+
+}  // namespace bih::cuda
