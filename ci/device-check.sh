@@ -100,14 +100,18 @@ if stage bench; then
     --benchmark_out="$R/bench-cuda.json" --benchmark_out_format=json >"$R/bench-cuda.txt" 2>&1
   summary "cuda bench: exit $? in $(( $(date +%s) - t )) s"
   grep -E "^BM_" "$R/bench-cuda.txt" | head -60
-  # The invariant GEMM without its companion configurations (the pinned reference for every M).
-  "$build/bih_cuda_bench" --companions=0 --benchmark_filter=Gemm >"$R/bench-gemm-no-companions.txt" 2>&1
-  summary "gemm bench without companions: exit $?"
-  # Where an eager decode step's GPU time goes, op by op (the events add a little time).
-  BIH_CUDA_PROFILE=1 "$build/bih_cuda_bench" --benchmark_filter='DecodeStep.*graph:none' \
-    >"$R/bench-decode-profile.txt" 2>&1
-  summary "decode step profile: exit $?"
-  grep -A16 "GPU time of" "$R/bench-decode-profile.txt" | head -40
+  grep -E "^\[step\]" "$R/bench-cuda.txt" | tee -a "$OUT/summary.txt"
+  cp "$R/bench-cuda.txt" "$OUT/bench-cuda.txt"
+  if [ -z "${BENCH_FILTER:-}" ]; then  # a filtered run is a quick look: no second pass
+    # The invariant GEMM without its companion configurations (the pinned reference for every M).
+    "$build/bih_cuda_bench" --companions=0 --benchmark_filter=Gemm >"$R/bench-gemm-no-companions.txt" 2>&1
+    summary "gemm bench without companions: exit $?"
+    # Where an eager decode step's GPU time goes, op by op (the events add a little time).
+    BIH_CUDA_PROFILE=1 "$build/bih_cuda_bench" --benchmark_filter='DecodeStep.*graph:none' \
+      >"$R/bench-decode-profile.txt" 2>&1
+    summary "decode step profile: exit $?"
+    grep -A16 "GPU time of" "$R/bench-decode-profile.txt" | head -40
+  fi
   pack
 fi
 

@@ -50,7 +50,11 @@ const std::vector<Shape> kShapes = bih::linear_shapes(*bih::preset_config("qwen3
 std::vector<int> g_ms = {1, 64, 512, 4096};
 
 // Seconds per GEMM measured for (shape name, M): invariant, vendor.
-std::map<std::pair<std::string, int>, std::pair<double, double>> g_seconds;
+// Seconds per launch of each family at (shape, M), for the step summary.
+struct FamilySeconds {
+  double invariant = 0, vendor = 0, tp_invariant = 0;
+};
+std::map<std::pair<std::string, int>, FamilySeconds> g_seconds;
 
 // Set from the flags before the first use (compare pinning choices without rebuilding).
 bih::cuda::CudaGemmOptions g_options;
@@ -190,7 +194,8 @@ void bench_shape(benchmark::State& state, Shape s, int M) {
 
   const double flops = 2.0 * M * s.N * s.K;
   const double iterations = static_cast<double>(state.iterations());
-  g_seconds[{s.name, M}] = {invariant_seconds / iterations, vendor_seconds / iterations};
+  g_seconds[{s.name, M}] = {invariant_seconds / iterations, vendor_seconds / iterations,
+                           tp_invariant_seconds / iterations};
   const double inv_tflops = flops * iterations / invariant_seconds * 1e-12;
   const double vendor_tflops = flops * iterations / vendor_seconds * 1e-12;
   state.counters["inv_TFLOPs"] = inv_tflops;
@@ -290,6 +295,7 @@ int main(int argc, char** argv) {
   for (int m : g_ms) {
     double invariant = 0.0;
     double vendor = 0.0;
+    double tp_invariant = 0.0;
     bool complete = true;
     for (const Shape& s : kShapes) {
       const auto it = g_seconds.find({s.name, m});
@@ -298,14 +304,15 @@ int main(int argc, char** argv) {
         break;
       }
       const double times = s.name == "lm_head" ? 1.0 : layers;
-      invariant += times * it->second.first;
-      vendor += times * it->second.second;
+      invariant += times * it->second.invariant;
+      vendor += times * it->second.vendor;
+      tp_invariant += times * it->second.tp_invariant;
     }
     if (!complete) continue;
     std::printf(
         "[step] M=%-5d GEMMs of one step (%d layers + lm_head): invariant %.3f ms, "
-        "vendor %.3f ms, ratio %.2f\n",
-        m, layers, invariant * 1e3, vendor * 1e3, vendor / invariant);
+        "vendor %.3f ms, ratio %.2f; tp_invariant %.3f ms\n",
+        m, layers, invariant * 1e3, vendor * 1e3, vendor / invariant, tp_invariant * 1e3);
   }
   return 0;
 }
