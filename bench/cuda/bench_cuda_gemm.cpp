@@ -195,7 +195,7 @@ void bench_shape(benchmark::State& state, Shape s, int M) {
   const double flops = 2.0 * M * s.N * s.K;
   const double iterations = static_cast<double>(state.iterations());
   g_seconds[{s.name, M}] = {invariant_seconds / iterations, vendor_seconds / iterations,
-                           tp_invariant_seconds / iterations};
+                            tp_invariant_seconds / iterations};
   const double inv_tflops = flops * iterations / invariant_seconds * 1e-12;
   const double vendor_tflops = flops * iterations / vendor_seconds * 1e-12;
   state.counters["inv_TFLOPs"] = inv_tflops;

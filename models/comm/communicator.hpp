@@ -50,8 +50,8 @@ class Communicator {
 // Every communicator in bih implements them (the CPU and GPU emulations, NCCL); one that does not
 // refuses them by name rather than summing in another order.
 inline void Communicator::all_reduce_tree_f32(const float*, bf16*, size_t) {
-  throw std::logic_error(describe() +
-                         ": all_reduce_tree_f32 is not implemented (kernels tp_invariant needs it)");
+  throw std::logic_error(
+      describe() + ": all_reduce_tree_f32 is not implemented (kernels tp_invariant needs it)");
 }
 inline void Communicator::reduce_scatter_tree_f32(const float*, bf16*, size_t) {
   throw std::logic_error(

@@ -467,7 +467,8 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
     mark(step.sp ? "reduce_scatter" : "all_reduce");
     if (tp_inv) {
       if (step.sp) {
-        comm.reduce_scatter_tree_f32(r.partial32.get(), r.reduced.get(), static_cast<size_t>(S) * H);
+        comm.reduce_scatter_tree_f32(r.partial32.get(), r.reduced.get(),
+                                     static_cast<size_t>(S) * H);
       } else {
         comm.all_reduce_tree_f32(r.partial32.get(), r.partial.get(), static_cast<size_t>(Mp) * H);
       }

@@ -344,8 +344,7 @@ void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
   rendezvous_.finish_and_wait(rank, call);
-  rendezvous_.run_or_abort(rank, name,
-                           [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
+  rendezvous_.run_or_abort(rank, name, [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
 
 }  // namespace bih::cuda

@@ -9,8 +9,8 @@
 namespace bih::cuda::detail {
 namespace {
 
-using bits::widen;
 using bits::narrow;
+using bits::widen;
 
 // One thread per output element (grid-stride). __fadd_rn is an IEEE fp32 add that the compiler
 // never contracts or reorders: the host's `acc + x` under -ffp-contract=off.

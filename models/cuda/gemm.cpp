@@ -1001,9 +1001,9 @@ void CudaGemm::gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, 
 void CudaGemm::gemm_tp_invariant_partial(const bf16* x, const bf16* w, float* y, int M, int N,
                                          int K, int chunks, cudaStream_t stream) {
   if (M < 1 || N < 1 || K < 1) {
-    throw std::invalid_argument("CudaGemm::gemm_tp_invariant_partial: M, N, K must be >= 1; got M=" +
-                                std::to_string(M) + " N=" + std::to_string(N) +
-                                " K=" + std::to_string(K));
+    throw std::invalid_argument(
+        "CudaGemm::gemm_tp_invariant_partial: M, N, K must be >= 1; got M=" + std::to_string(M) +
+        " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
   if (x == nullptr || w == nullptr || y == nullptr) {
     throw std::invalid_argument(

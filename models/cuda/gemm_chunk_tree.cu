@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(kThreads)
         for (int a = 0; a < kAhead; ++a) {
           wv[a] = __ldg(reinterpret_cast<const uint4*>(w_row) + step + a);
 #pragma unroll
-          for (int t = 0; t < TM; ++t) xv[t][a] = __ldg(reinterpret_cast<const uint4*>(x_row[t]) + step + a);
+          for (int t = 0; t < TM; ++t)
+            xv[t][a] = __ldg(reinterpret_cast<const uint4*>(x_row[t]) + step + a);
         }
 #pragma unroll
         for (int a = 0; a < kAhead; ++a) {
@@ -160,9 +161,11 @@ void launch_tm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, 
                        reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(w) % 16 == 0;
   if (aligned) {
-    chunk_tree_gemm_kernel<TM, true><<<grid, kThreads, 0, stream>>>(xb, wb, yb, y_f32, M, N, K, chunks);
+    chunk_tree_gemm_kernel<TM, true>
+        <<<grid, kThreads, 0, stream>>>(xb, wb, yb, y_f32, M, N, K, chunks);
   } else {
-    chunk_tree_gemm_kernel<TM, false><<<grid, kThreads, 0, stream>>>(xb, wb, yb, y_f32, M, N, K, chunks);
+    chunk_tree_gemm_kernel<TM, false>
+        <<<grid, kThreads, 0, stream>>>(xb, wb, yb, y_f32, M, N, K, chunks);
   }
   cudaCheck(cudaGetLastError());
 }

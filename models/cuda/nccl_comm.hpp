@@ -156,7 +156,13 @@ class NcclCommunicator final : public Communicator {
   void reserve(size_t max_count);
 
  private:
-  enum class Op { all_reduce, reduce_scatter, all_gather, all_reduce_tree_f32, reduce_scatter_tree_f32 };
+  enum class Op {
+    all_reduce,
+    reduce_scatter,
+    all_gather,
+    all_reduce_tree_f32,
+    reduce_scatter_tree_f32
+  };
 
   void release() noexcept;
   // Checks for abort, makes the device current and records `op` as the latest collective.

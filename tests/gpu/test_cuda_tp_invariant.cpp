@@ -83,11 +83,13 @@ TEST(CudaTpInvariantGemm, EqualsTheCpuFamilyOnEveryQwen3ShapeAtEveryM) {
   BIH_SKIP_WITHOUT_GPU();
   cuda::CudaGemm gemm;
   for (const Shape& shape : kQwen3Shapes) {
-    const std::vector<bf16> w = random_bf16(static_cast<size_t>(shape.N) * shape.K, static_cast<uint32_t>(shape.N));
+    const std::vector<bf16> w =
+        random_bf16(static_cast<size_t>(shape.N) * shape.K, static_cast<uint32_t>(shape.N));
     const DeviceBuffer<bf16> w_dev(w);
     const std::vector<int> cols = sample_columns(shape.N);
     const std::vector<bf16> w_cols = rows_of(w, shape.K, cols);
-    const std::vector<bf16> x = random_bf16(static_cast<size_t>(513) * shape.K, static_cast<uint32_t>(shape.K + 1));
+    const std::vector<bf16> x =
+        random_bf16(static_cast<size_t>(513) * shape.K, static_cast<uint32_t>(shape.K + 1));
     const DeviceBuffer<bf16> x_dev(x);
     // Row 0 alone: every batch's row 0 must carry its bits on every column.
     DeviceBuffer<bf16> alone_dev(shape.N);
@@ -162,8 +164,8 @@ TEST(CudaTpInvariantGemm, SmallAndUnalignedShapesEqualTheCpuAtEveryM) {
                       w.data() + static_cast<size_t>(n) * shape.K, K_local * sizeof(bf16));
         }
         const DeviceBuffer<bf16> xl_dev(x_local), wl_dev(w_local);
-        gemm.gemm_tp_invariant_partial(xl_dev.get(), wl_dev.get(), p_dev.get(), M, shape.N,
-                                       K_local, chunks, nullptr);
+        gemm.gemm_tp_invariant_partial(xl_dev.get(), wl_dev.get(), p_dev.get(), M, shape.N, K_local,
+                                       chunks, nullptr);
         std::vector<float> want32(static_cast<size_t>(M) * shape.N);
         cpu::gemm_tp_invariant_partial(x_local.data(), w_local.data(), want32.data(), M, shape.N,
                                        K_local, chunks);
@@ -172,8 +174,7 @@ TEST(CudaTpInvariantGemm, SmallAndUnalignedShapesEqualTheCpuAtEveryM) {
         for (size_t i = 0; i < got32.size(); ++i) {
           differ32 += std::bit_cast<uint32_t>(got32[i]) != std::bit_cast<uint32_t>(want32[i]);
         }
-        EXPECT_EQ(differ32, 0) << shape.name << " M=" << M << " partial of " << chunks
-                               << " chunks";
+        EXPECT_EQ(differ32, 0) << shape.name << " M=" << M << " partial of " << chunks << " chunks";
       }
     }
   }
@@ -245,8 +246,8 @@ TEST(CudaTpInvariantCollective, EmulatedGpuTreeCollectivesAreTheHostTree) {
   BIH_SKIP_WITHOUT_GPU();
   const size_t count = 3000;
   for (int n : {1, 2, 4, 8}) {
-    cuda::EmulatedGpuGroup group(n, CollectiveOrders{ReduceOrder::fixed, ReduceOrder::fixed,
-                                                     ReduceOrder::ring});
+    cuda::EmulatedGpuGroup group(
+        n, CollectiveOrders{ReduceOrder::fixed, ReduceOrder::fixed, ReduceOrder::ring});
     std::vector<std::vector<float>> host(n);
     std::vector<std::unique_ptr<DeviceBuffer<float>>> in;
     std::vector<std::unique_ptr<DeviceBuffer<bf16>>> reduced, scattered;
@@ -354,9 +355,9 @@ TEST(CudaTpInvariantEngine, EveryTpSpGraphCacheAndChunkSettingGivesTp1EagerBits)
         Scenario s = tp_invariant_scenario(tp);
         s.sp_enabled = sp;
         s.graph_mode = mode;
-        variants.push_back({"tp=" + std::to_string(tp) + (sp ? " sp=on" : " sp=off") +
-                                " graph=" + to_string(mode),
-                            s});
+        variants.push_back(
+            {"tp=" + std::to_string(tp) + (sp ? " sp=on" : " sp=off") + " graph=" + to_string(mode),
+             s});
       }
     }
   }

@@ -264,7 +264,8 @@ TEST(NcclCommTest, TreeF32CollectivesAreTheHostChunkTree) {
   const size_t count = 4097;
   std::vector<std::vector<float>> in(n);
   for (int r = 0; r < n; ++r) {
-    const std::vector<bf16> a = random_bf16(count * n, 500 + r), b = random_bf16(count * n, 600 + r);
+    const std::vector<bf16> a = random_bf16(count * n, 500 + r),
+                            b = random_bf16(count * n, 600 + r);
     in[r].resize(count * n);
     // Products of two bf16 values: 16 significant bits, so a bf16 hop anywhere would show.
     for (size_t i = 0; i < in[r].size(); ++i) in[r][i] = to_float(a[i]) * to_float(b[i]);
