@@ -51,6 +51,15 @@ nvidia-smi >"$R/nvidia-smi.txt" 2>&1
 nvidia-smi topo -m >>"$R/nvidia-smi.txt" 2>&1
 summary "gpus: $(nvidia-smi --query-gpu=name --format=csv,noheader | paste -sd, -); stages: $STAGES"
 
+# The qwen3-1.7b HF checkpoint the engines and hfconfig stages run HF transformers on (norm
+# weights drawn around 1), freshly exported to $1; the log is results/$2.log. Uses $t and $build.
+export_hf_checkpoint() {
+  rm -rf "$1"
+  "$build/bih" export --preset qwen3-1.7b --norm-weights perturbed --format hf --out "$1" \
+    >"$R/$2.log" 2>&1
+  summary "export: exit $? in $(( $(date +%s) - t )) s ($(tail -1 "$R/$2.log"))"
+}
+
 build=build-device
 start=$(date +%s)
 if ! cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIH_CUDA=ON \
@@ -223,10 +232,7 @@ fi
 if stage engines; then
   t=$(date +%s)
   ckpt=out/models/qwen3-1.7b-hf
-  rm -rf "$ckpt"
-  "$build/bih" export --preset qwen3-1.7b --norm-weights perturbed --format hf --out "$ckpt" \
-    >"$R/engines-export.log" 2>&1
-  summary "export: exit $? in $(( $(date +%s) - t )) s ($(tail -1 "$R/engines-export.log"))"
+  export_hf_checkpoint "$ckpt" engines-export
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
     >"$R/engines-versions.txt" 2>&1
   summary "$(cat "$R/engines-versions.txt")"
@@ -269,10 +275,7 @@ fi
 if stage hfconfig; then
   t=$(date +%s)
   ckpt=out/models/qwen3-1.7b-hf
-  rm -rf "$ckpt"
-  "$build/bih" export --preset qwen3-1.7b --norm-weights perturbed --format hf --out "$ckpt" \
-    >"$R/hfconfig-export.log" 2>&1
-  summary "export: exit $? in $(( $(date +%s) - t )) s ($(tail -1 "$R/hfconfig-export.log"))"
+  export_hf_checkpoint "$ckpt" hfconfig-export
   t=$(date +%s)
   PYTHONUNBUFFERED=1 BIH_CACHE_DIR="$RAW/cache" "$build/bih" run scenarios/hf-transformers-config.json \
     --out "$R/hfconfig" >"$R/hfconfig.txt" 2>"$R/hfconfig.log"

@@ -25,15 +25,15 @@ inline constexpr bool tp_invariant_tp_ok(int tp) {
 // Throws std::invalid_argument, prefixed by `who`, unless a contraction of K split into `chunks`
 // local chunks is one a tp_invariant GEMM can run: chunks is 1, 2, 4 or 8 and divides K. Every
 // backend's GEMM checks here, so they refuse the same shapes in the same words.
-inline void check_tp_invariant_split(const std::string& who, int K, int chunks) {
+inline void check_tp_invariant_split(const char* who, int K, int chunks) {
   if (!tp_invariant_tp_ok(chunks)) {
-    throw std::invalid_argument(who + ": " + std::to_string(chunks) +
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(chunks) +
                                 " local chunks; a rank holds 1, 2, 4 or 8 of the " +
                                 std::to_string(kTpInvariantChunks));
   }
   if (K % chunks != 0) {
-    throw std::invalid_argument(who + ": K=" + std::to_string(K) + " does not split into " +
-                                std::to_string(chunks) +
+    throw std::invalid_argument(std::string(who) + ": K=" + std::to_string(K) +
+                                " does not split into " + std::to_string(chunks) +
                                 " equal chunks (the full K of every contraction must be a "
                                 "multiple of " +
                                 std::to_string(kTpInvariantChunks) + ")");

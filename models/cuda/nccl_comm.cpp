@@ -169,6 +169,28 @@ std::string read_nccl_env() {
   return text;
 }
 
+// The all-to-all of a reduce_scatter built from point-to-point calls (the `fixed` order and the
+// fp32 tree): block `peer` of `in` goes to each peer, and each peer's block `rank` lands in
+// staging block `peer`; this rank's own block stays where it is. `count` elements of
+// `element_bytes` per block. One NCCL group, closed even after an error.
+ncclResult_t exchange_blocks(ncclComm_t comm, const void* in, void* staging, size_t count,
+                             ncclDataType_t type, size_t element_bytes, int rank, int size,
+                             cudaStream_t stream) {
+  const ncclResult_t started = ncclGroupStart();
+  if (started != ncclSuccess) return started;
+  ncclResult_t first = ncclSuccess;
+  for (int peer = 0; peer < size && no_error(first); ++peer) {
+    if (peer == rank) continue;
+    const size_t offset = static_cast<size_t>(peer) * count * element_bytes;
+    first = ncclSend(static_cast<const char*>(in) + offset, count, type, peer, comm, stream);
+    if (no_error(first)) {
+      first = ncclRecv(static_cast<char*>(staging) + offset, count, type, peer, comm, stream);
+    }
+  }
+  const ncclResult_t ended = ncclGroupEnd();
+  return no_error(first) ? ended : first;
+}
+
 const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
 
 }  // namespace
@@ -459,19 +481,8 @@ void NcclCommunicator::reduce_scatter(const bf16* in, bf16* out, size_t count) {
     // rank's own input is summed in place where it is.
     bf16* staging = staging_for(count);
     nccl_call("ncclSend/ncclRecv", [&](ncclComm_t comm) {
-      const ncclResult_t started = ncclGroupStart();
-      if (started != ncclSuccess) return started;
-      ncclResult_t first = ncclSuccess;
-      for (int peer = 0; peer < size_ && no_error(first); ++peer) {
-        if (peer == rank_) continue;
-        const size_t block = static_cast<size_t>(peer) * count;
-        first = ncclSend(in + block, count, ncclBfloat16, peer, comm, stream_);
-        if (no_error(first)) {
-          first = ncclRecv(staging + block, count, ncclBfloat16, peer, comm, stream_);
-        }
-      }
-      const ncclResult_t ended = ncclGroupEnd();  // closes the group even after an error
-      return no_error(first) ? ended : first;
+      return exchange_blocks(comm, in, staging, count, ncclBfloat16, sizeof(bf16), rank_, size_,
+                             stream_);
     });
     std::vector<const bf16*> inputs(size_);
     for (int q = 0; q < size_; ++q) {
@@ -533,19 +544,8 @@ void NcclCommunicator::reduce_scatter_tree_f32(const float* in, bf16* out, size_
   // block is read where it is.
   auto* staging = reinterpret_cast<float*>(staging_for(2 * count));
   nccl_call("ncclSend/ncclRecv", [&](ncclComm_t comm) {
-    const ncclResult_t started = ncclGroupStart();
-    if (started != ncclSuccess) return started;
-    ncclResult_t first = ncclSuccess;
-    for (int peer = 0; peer < size_ && no_error(first); ++peer) {
-      if (peer == rank_) continue;
-      const size_t block = static_cast<size_t>(peer) * count;
-      first = ncclSend(in + block, count, ncclFloat32, peer, comm, stream_);
-      if (no_error(first)) {
-        first = ncclRecv(staging + block, count, ncclFloat32, peer, comm, stream_);
-      }
-    }
-    const ncclResult_t ended = ncclGroupEnd();
-    return no_error(first) ? ended : first;
+    return exchange_blocks(comm, in, staging, count, ncclFloat32, sizeof(float), rank_, size_,
+                           stream_);
   });
   std::vector<const float*> inputs(size_);
   for (int q = 0; q < size_; ++q) {
