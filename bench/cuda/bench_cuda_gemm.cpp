@@ -16,6 +16,7 @@
 // Skinny/<shape>/M=...: the own skinny tensor-core kernel (gemm_skinny.hpp) launched directly,
 // whether or not it serves a band, against the vendor family at the same M: its time, the weight
 // bytes it reads per second (weight_TBps) and speedup = vendor time / skinny time.
+// SkinnyStream/<shape>/M=.../tiles=T: its streaming instance (M <= 8) with T n8 tiles per warp.
 //
 // Flags: --pin_m=N (the reference's heuristic M), --companions=0 (the reference for every M, as
 // before companions), --skinny=N (the skinny kernel offered to bands up to M=N), --ms=1,64,512,4096
@@ -128,9 +129,15 @@ struct Operands {
       shared_gemm().gemm(family, x, w, out, M, s.N, s.K, nullptr);
     });
   }
-  double time_skinny(int reps) const {
+  // tiles < 0: launch_skinny_gemm's own choice; otherwise the streaming instance with that many
+  // n8 tiles per warp (0: by shape).
+  double time_skinny(int reps, int tiles) const {
     return time(reps, [&](const bf16* x, const bf16* w, bf16* out) {
-      bih::cuda::launch_skinny_gemm(x, w, out, M, s.N, s.K, nullptr);
+      if (tiles < 0) {
+        bih::cuda::launch_skinny_gemm(x, w, out, M, s.N, s.K, nullptr);
+      } else {
+        bih::cuda::launch_skinny_stream_gemm(x, w, out, M, s.N, s.K, nullptr, tiles);
+      }
     });
   }
 
@@ -143,15 +150,15 @@ struct Operands {
   bih::cuda::OwnedEvent stop{cudaEventDefault};
 };
 
-void bench_skinny(benchmark::State& state, Shape s, int M) {
+void bench_skinny(benchmark::State& state, Shape s, int M, int tiles) {
   const Operands operands(s, M);
-  operands.time_skinny(operands.sets());  // warm-up
+  operands.time_skinny(operands.sets(), tiles);  // warm-up
   operands.time_family(KernelFamily::vendor, operands.sets());
   const int reps = 200;
   double skinny_seconds = 0.0;
   double vendor_seconds = 0.0;
   for (auto _ : state) {
-    const double own = operands.time_skinny(reps);
+    const double own = operands.time_skinny(reps, tiles);
     const double ven = operands.time_family(KernelFamily::vendor, reps);
     skinny_seconds += own;
     vendor_seconds += ven;
@@ -282,10 +289,24 @@ int main(int argc, char** argv) {
   for (const Shape& s : kShapes) {
     for (int m : {1, 8, 16, 32}) {
       const std::string name = std::string("Skinny/") + s.name + "/M=" + std::to_string(m);
-      benchmark::RegisterBenchmark(name.c_str(), bench_skinny, s, m)
+      benchmark::RegisterBenchmark(name.c_str(), bench_skinny, s, m, -1)
           ->UseManualTime()
           ->Iterations(5)
           ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (const Shape& s : kShapes) {
+    for (int m : {1, 8}) {
+      for (int tiles : {1, 2, 4}) {
+        const size_t staged = static_cast<size_t>(8 * tiles + m) * (s.K + 8) * sizeof(bf16);
+        if (s.N % (8 * tiles) != 0 || staged + 256 > size_t{227} * 1024) continue;
+        const std::string name = std::string("SkinnyStream/") + s.name + "/M=" + std::to_string(m) +
+                                 "/tiles=" + std::to_string(tiles);
+        benchmark::RegisterBenchmark(name.c_str(), bench_skinny, s, m, tiles)
+            ->UseManualTime()
+            ->Iterations(5)
+            ->Unit(benchmark::kMicrosecond);
+      }
     }
   }
   benchmark::RunSpecifiedBenchmarks();
@@ -296,6 +317,7 @@ int main(int argc, char** argv) {
     double invariant = 0.0;
     double vendor = 0.0;
     double tp_invariant = 0.0;
+    double weight_bytes = 0.0;  // what one step's GEMMs read of the weights, each once
     bool complete = true;
     for (const Shape& s : kShapes) {
       const auto it = g_seconds.find({s.name, m});
@@ -307,12 +329,16 @@ int main(int argc, char** argv) {
       invariant += times * it->second.invariant;
       vendor += times * it->second.vendor;
       tp_invariant += times * it->second.tp_invariant;
+      weight_bytes += times * 2.0 * s.N * s.K;
     }
     if (!complete) continue;
     std::printf(
         "[step] M=%-5d GEMMs of one step (%d layers + lm_head): invariant %.3f ms, "
-        "vendor %.3f ms, ratio %.2f; tp_invariant %.3f ms\n",
-        m, layers, invariant * 1e3, vendor * 1e3, vendor / invariant, tp_invariant * 1e3);
+        "vendor %.3f ms, ratio %.2f; tp_invariant %.3f ms; weights %.2f GB at %.2f / %.2f / "
+        "%.2f TB/s\n",
+        m, layers, invariant * 1e3, vendor * 1e3, vendor / invariant, tp_invariant * 1e3,
+        weight_bytes * 1e-9, weight_bytes / invariant * 1e-12, weight_bytes / vendor * 1e-12,
+        weight_bytes / tp_invariant * 1e-12);
   }
   return 0;
 }

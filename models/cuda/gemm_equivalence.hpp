@@ -1,8 +1,8 @@
 // gemm_equivalence.hpp: device helpers for proving two GEMM configurations bitwise equal.
 //
-// CudaGemm (gemm.cpp) lets a faster cuBLASLt configuration serve a range of M in place of the
-// pinned one only after both produced the same bits on data built to expose any difference in
-// the order of the K accumulation; these are that data and the comparison.
+// CudaGemm (gemm_companion.cpp) lets a faster cuBLASLt configuration serve a range of M in place
+// of the pinned one only after both produced the same bits on data built to expose any difference
+// in the order of the K accumulation; these are that data and the comparison.
 //
 // Order-sensitive operands: a quarter of the K positions come in pairs (k1, k2) with
 // x[r, k2] = x[r, k1] and w[n, k2] = -w[n, k1], so the two products cancel exactly for every

@@ -12,11 +12,10 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
-#include <utility>
 
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_skinny.hpp"
+#include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
 namespace {
@@ -26,50 +25,13 @@ constexpr int kChunk = 64;          // k per pipeline stage: 4 mma steps
 constexpr int kPitch = kChunk + 8;  // bf16 per staged row: 144 bytes, so the 8 rows that one
                                     // ldmatrix reads start in 8 different bank quads
 
-// f(std::integral_constant<int, i>{}) for i = 0 .. kCount-1, unrolled at compile time.
-template <int kCount, class F, int... kIndex>
-__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, kIndex...>) {
-  (f(std::integral_constant<int, kIndex>{}), ...);
-}
-template <int kCount, class F>
-__device__ __forceinline__ void static_for(F&& f) {
-  static_for_impl<kCount>(f, std::make_integer_sequence<int, kCount>{});
-}
-
-__device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four 8x8 bf16 matrices from shared memory at shared address base + kOffset bytes; lane l gives
-// the address of row l % 8 of matrix l / 8 and receives, of each matrix, row l / 4, columns
-// 2 (l % 4) and 2 (l % 4) + 1. The offset is an immediate: no address arithmetic per load.
-template <int kOffset>
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t base) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(base), "n"(kOffset));
-}
-
-// 16 bytes global -> shared (shared address base + kOffset) without registers.
-template <int kOffset>
-__device__ __forceinline__ void cp_async_16(uint32_t base, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0+%1], [%2], 16;\n" ::"r"(base), "n"(kOffset),
-               "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using ptx::cp_async_16;
+using ptx::cp_async_commit;
+using ptx::cp_async_wait;
+using ptx::ldmatrix_x4;
+using ptx::mma_bf16_16816;
+using ptx::shared_address;
+using ptx::static_for;
 
 // x: [M, K]; w: [N, K]; y: [M, N], all bf16. grid [N / 8], block [32]: one warp owns weight rows
 // n0..n0+7 and every token. K goes through a kStages-deep ring of shared-memory stages of kChunk
@@ -264,7 +226,9 @@ void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int
         ", N a multiple of 8 and K a multiple of 128; got M=" + std::to_string(M) +
         " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
-  if (M <= 8) {
+  if (skinny_stream_gemm_supports(M, N, K)) {
+    launch_skinny_stream_gemm(x, w, y, M, N, K, stream);
+  } else if (M <= 8) {
     launch<8, 8>(x, w, y, M, N, K, stream);
   } else if (M <= 16) {
     launch<16, 6>(x, w, y, M, N, K, stream);

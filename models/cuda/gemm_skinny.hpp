@@ -1,4 +1,5 @@
-// gemm_skinny.hpp: the own tensor-core GEMM for decode-sized M (internal to gemm.cpp).
+// gemm_skinny.hpp: the own tensor-core GEMM for decode-sized M (internal to gemm.cpp and
+// gemm_companion.cpp).
 //
 // Why: at M=1 a decode step reads each weight once, so its GEMMs are bound by HBM bandwidth, and
 // cuBLASLt's split-K-1 tiles spread too few CTAs over the weight to reach it (qwen3-1.7b's o_proj
@@ -31,5 +32,15 @@ bool skinny_gemm_supports(int M, int N, int K);
 // std::runtime_error if the launch fails.
 void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
                         cudaStream_t stream);
+
+// The decode instance (gemm_skinny_stream.cu): the same chain for M <= 8, with the whole weight
+// slice of a warp requested at once, so that M=1 is not bound by the bytes a ring keeps in flight.
+// launch_skinny_gemm takes it for every shape it supports: 1 <= M <= 8, N % 8 == 0, K a multiple
+// of 256 up to 8192 and (8 + M) rows of K + 8 bf16 within 227 KiB of shared memory.
+bool skinny_stream_gemm_supports(int M, int N, int K);
+// tiles: n8 tiles of weight rows per warp (1, 2 or 4; 0 picks by shape). Each element's chain is
+// the same whatever the tiles, so they change the speed, never a bit.
+void launch_skinny_stream_gemm(const void* x, const void* w, void* y, int M, int N, int K,
+                               cudaStream_t stream, int tiles = 0);
 
 }  // namespace bih::cuda

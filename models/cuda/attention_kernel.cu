@@ -1,0 +1,510 @@
+// attention_kernel.cu: attention_with_splits (kernels.hpp), the staged attention kernel of both
+// families and its launcher. attention_reference_kernel.cu keeps the kernel it replaced as its
+// bitwise reference; what the two share is attention_common.cuh, the numerics device_math.cuh.
+//
+// One block per (row, head). Every output element's arithmetic is the CPU's (attention.cpp), op
+// for op through device_math.cuh's rounding helpers. Only the way operands arrive is tuned: a pass
+// of up to kKeysPerPass keys looks its block table up once per key, stages its K and V rows in
+// shared memory with coalesced asynchronous copies (V lands while the keys are scored), and the
+// softmax factors whose operands are known early (the fold rescales of tiles and vendor parts, the
+// vendor per-key weights) are computed once, in parallel, each by the very chain of operations
+// the serial code would run, then read by the serial chains that remain.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "models/cuda/attention_common.cuh"
+#include "models/cuda/check.hpp"
+#include "models/cuda/device_math.cuh"
+#include "models/cuda/kernels.hpp"
+
+namespace bih::cuda {
+namespace {
+
+using device::add;
+using device::bits_of;
+using device::check_attention_args;
+using device::check_launch;
+using device::divide;
+using device::exp_f;
+using device::kAttentionThreads;
+using device::kDimsPerLane;
+using device::kDimsPerThread;
+using device::KeyView;
+using device::kKeysPerPass;
+using device::kMaxVendorSplits;
+using device::kTilesPerPass;
+using device::kWarpsPerBlock;
+using device::max_of;
+using device::mul;
+using device::narrow;
+using device::sub;
+using device::u16;
+using device::widen;
+
+// Staged key rows: head_dim in 16-byte pieces, plus a piece when their count is even, so that
+// the rows of 8 consecutive threads start in distinct 16-byte bank groups and the per-thread dot
+// products read shared memory without bank conflicts.
+__host__ __device__ constexpr int staged_key_stride(int head_dim) {
+  const int pieces = (head_dim + 7) / 8;
+  return 8 * (pieces % 2 == 0 ? pieces + 1 : pieces);
+}
+// Staged value rows are read along head_dim by consecutive threads: no padding needed.
+__host__ __device__ constexpr int staged_value_stride(int head_dim) {
+  return (head_dim + 7) / 8 * 8;
+}
+
+// attention_kernel's dynamic shared memory: k_s [kKeysPerPass, staged_key_stride] and v_s
+// [kKeysPerPass, staged_value_stride] bf16, then (vendor launches) part_acc [kMaxVendorSplits,
+// head_dim] fp32. Every region starts 16-byte aligned (strides are multiples of 8 elements).
+__host__ __device__ constexpr size_t attention_smem_bytes(int head_dim, bool vendor) {
+  return sizeof(u16) * kKeysPerPass *
+             static_cast<size_t>(staged_key_stride(head_dim) + staged_value_stride(head_dim)) +
+         (vendor ? sizeof(float) * kMaxVendorSplits * static_cast<size_t>(head_dim) : 0);
+}
+
+// Asynchronous 16-byte global -> shared copies (cp.async, sm_80+; a plain copy before that).
+__device__ __forceinline__ void copy_16_async(void* shared_dst, const void* global_src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  const size_t src = __cvta_generic_to_global(global_src);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+#else
+  *static_cast<uint4*>(shared_dst) = *static_cast<const uint4*>(global_src);
+#endif
+}
+// Closes this thread's copies issued since the last commit into one group.
+__device__ __forceinline__ void commit_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most kPending of this thread's groups are in flight (a barrier must follow
+// before other threads read the data).
+template <int kPending>
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// Copies `rows` rows of head_dim bf16, row r from pool + key_offset[r], to shared dst + r *
+// stride, with all threads of the block. vector (head_dim % 8 == 0, 16-byte aligned pool): 16-byte
+// asynchronous pieces, consecutive threads on consecutive pieces; otherwise element by element.
+__device__ void stage_rows(u16* dst, int stride, const u16* pool, const size_t* key_offset,
+                           int rows, int head_dim, bool vector) {
+  if (vector) {
+    const int pieces = head_dim / 8;  // per row
+    const int count = rows * pieces;
+    // Copy piece i is (row, piece) = (i / pieces, i % pieces), stepped without a division.
+    int row = static_cast<int>(threadIdx.x) / pieces;
+    int piece = static_cast<int>(threadIdx.x) % pieces;
+    const int row_step = static_cast<int>(blockDim.x) / pieces;
+    const int piece_step = static_cast<int>(blockDim.x) % pieces;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) {
+      copy_16_async(dst + row * stride + 8 * piece, pool + key_offset[row] + 8 * piece);
+      row += row_step;
+      piece += piece_step;
+      if (piece >= pieces) {
+        piece -= pieces;
+        ++row;
+      }
+    }
+  } else {
+    for (int i = threadIdx.x; i < rows * head_dim; i += blockDim.x) {
+      const int row = i / head_dim;
+      const int d = i - row * head_dim;
+      dst[row * stride + d] = pool[key_offset[row] + d];
+    }
+  }
+}
+
+// q . k in index order over head_dim, fp32, times the softmax scale (the CPU's score()); q and
+// the key row in shared memory (vector: 16-byte aligned, head_dim % 8 == 0).
+__device__ __forceinline__ float staged_score(const float* q, const u16* key, int head_dim,
+                                              float scale, bool vector) {
+  float dot = 0.0f;
+  if (vector) {
+#pragma unroll 2
+    for (int d = 0; d < head_dim; d += 8) {
+      const uint4 piece = *reinterpret_cast<const uint4*>(key + d);
+      const float4 q_lo = *reinterpret_cast<const float4*>(q + d);
+      const float4 q_hi = *reinterpret_cast<const float4*>(q + d + 4);
+      const float qs[8] = {q_lo.x, q_lo.y, q_lo.z, q_lo.w, q_hi.x, q_hi.y, q_hi.z, q_hi.w};
+      const uint32_t pairs[4] = {piece.x, piece.y, piece.z, piece.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // little endian: element d + 2i is the low half of pair i
+        dot = add(dot, mul(qs[2 * i], __uint_as_float(pairs[i] << 16)));
+        dot = add(dot, mul(qs[2 * i + 1], __uint_as_float(pairs[i] & 0xffff0000u)));
+      }
+    }
+  } else {
+    for (int d = 0; d < head_dim; ++d) dot = add(dot, mul(q[d], widen(key[d])));
+  }
+  return mul(dot, scale);
+}
+
+// The fold factors of partial i of a sequence folded in order into a running total (the CPU's
+// combine(), RunningSoftmax::fold in attention_reference_kernel.cu): the total's max before
+// partial i comes from the same max_of chain fold() walks, so scale_total, scale_part and new_max
+// are fold()'s own values. maxes: the partials' maxima; before partial 0 the total is empty or has
+// max total_max. Not for partial 0 of an empty total, which is taken as it is.
+struct FoldFactors {
+  float scale_total;
+  float scale_part;
+  float new_max;
+};
+__device__ FoldFactors fold_factors_of(const float* maxes, int i, bool total_empty,
+                                       float total_max) {
+  float before = total_empty ? maxes[0] : total_max;
+  for (int k = total_empty ? 1 : 0; k < i; ++k) before = max_of(before, maxes[k]);
+  const float after = max_of(before, maxes[i]);
+  return {exp_f(sub(before, after)), exp_f(sub(maxes[i], after)), after};
+}
+// fold_factors_of() stored at index i of the three arrays.
+__device__ void fold_factors(const float* maxes, int i, bool total_empty, float total_max,
+                             float* scale_total, float* scale_part, float* new_max) {
+  const FoldFactors f = fold_factors_of(maxes, i, total_empty, total_max);
+  scale_total[i] = f.scale_total;
+  scale_part[i] = f.scale_part;
+  new_max[i] = f.new_max;
+}
+
+// The running softmax total of one thread's head dims, folded with factors from fold_factors():
+// the operations of RunningSoftmax::fold. max and sum are held identically by every thread.
+template <int kDims>
+struct FoldedSoftmax {
+  bool empty = true;
+  float max = -INFINITY;
+  float sum = 0.0f;
+  float acc[kDims] = {};
+
+  __device__ void fold(float part_max, float part_sum, const float* part_acc, float scale_total,
+                       float scale_part, float new_max) {
+    if (empty) {
+      empty = false;
+      max = part_max;
+      sum = part_sum;
+      for (int j = 0; j < kDims; ++j) acc[j] = part_acc[j];
+      return;
+    }
+    sum = add(mul(sum, scale_total), mul(part_sum, scale_part));
+    for (int j = 0; j < kDims; ++j)
+      acc[j] = add(mul(acc[j], scale_total), mul(part_acc[j], scale_part));
+    max = new_max;
+  }
+};
+
+// grid [M * n_heads], block [kAttentionThreads], dynamic shared memory attention_smem_bytes(
+// head_dim, kVendor). q: [M, n_heads, head_dim]; out: same shape. vector_copies: head_dim % 8 ==
+// 0 and both pools 16-byte aligned. One instantiation per family: the invariant one carries no
+// flash-decoding code (a smaller kernel, fewer instruction-cache misses).
+template <bool kVendor>
+__global__ void __launch_bounds__(kAttentionThreads, 1)
+    attention_kernel(const u16* q, const u16* pool_k, const u16* pool_v, int block_size,
+                     int num_kv_heads, int head_dim, AttentionBatch batch, int n_heads, int group,
+                     float scale, int vendor_splits, bool vector_copies, u16* out) {
+  extern __shared__ __align__(16) unsigned char attention_smem[];
+  __shared__ __align__(16) float q_s[kMaxHeadDim];
+  __shared__ size_t key_offset[kKeysPerPass];  // the pass's keys' row offsets in the pools
+  __shared__ float scores[kKeysPerPass];
+  __shared__ float weights[kKeysPerPass];
+  __shared__ float rescales[kKeysPerPass];     // vendor: each key's rescale of its part's state
+  __shared__ float running_max[kKeysPerPass];  // vendor: its part's max after each key
+  __shared__ float tile_max[kTilesPerPass];
+  __shared__ float tile_sum[kTilesPerPass];
+  __shared__ __align__(16) float tile_acc[kTilesPerPass][kMaxHeadDim];  // tiles' weighted V sums
+  __shared__ float fold_scale_total[kMaxVendorSplits];  // per tile or part, from fold_factors
+  __shared__ float fold_scale_part[kMaxVendorSplits];
+  __shared__ float fold_max[kMaxVendorSplits];
+  __shared__ float part_max[kMaxVendorSplits];
+  __shared__ float part_sum[kMaxVendorSplits];
+
+  const int k_stride = staged_key_stride(head_dim);
+  const int v_stride = staged_value_stride(head_dim);
+  u16* k_s = reinterpret_cast<u16*>(attention_smem);  // [kKeysPerPass, k_stride]
+  u16* v_s = k_s + kKeysPerPass * k_stride;           // [kKeysPerPass, v_stride]
+  float* part_acc = reinterpret_cast<float*>(v_s + kKeysPerPass * v_stride);  // [splits, head_dim]
+
+  const int row = blockIdx.x / n_heads;
+  const int h = blockIdx.x % n_heads;
+  const int t = threadIdx.x;
+  const int lane = t % 32;
+  const int warp = t / 32;
+  const int context = batch.context_lens[row];
+  const bool split = kVendor && batch.decode[row] != 0;
+  const KeyView keys{pool_k,
+                     pool_v,
+                     batch.block_tables + static_cast<size_t>(row) * batch.block_table_stride,
+                     block_size,
+                     num_kv_heads,
+                     head_dim,
+                     h / group};
+  // Key t's block table entry for a pass is read a pass ahead, without waiting for the context
+  // length (every entry of the row's table is in bounds; those past the context go unused): the
+  // first pass's load overlaps those of context and q, a later pass's the pass before it.
+  const auto table_entry = [&](int pos) -> int32_t {
+    return pos / block_size < batch.block_table_stride ? keys.block_table[pos / block_size] : 0;
+  };
+  int32_t pass_block = table_entry(t);
+  const u16* q_head = q + static_cast<size_t>(blockIdx.x) * head_dim;
+  for (int d = t; d < head_dim; d += blockDim.x) q_s[d] = widen(q_head[d]);
+
+  // Vendor (flash-decoding): `parts` contiguous parts of `chunk` keys, each reduced key by key
+  // (by warp part % kWarpsPerBlock), its state kept in part_max/part_sum/part_acc between passes.
+  const int chunk = split ? (context + vendor_splits - 1) / vendor_splits : 1;
+  const int parts = split && context > 0 ? (context + chunk - 1) / chunk : 0;
+
+  FoldedSoftmax<kDimsPerThread> total;
+  for (int pass_begin = 0; pass_begin < context; pass_begin += kKeysPerPass) {
+    const int pass_keys = min(kKeysPerPass, context - pass_begin);
+    const int pass_end = pass_begin + pass_keys;
+    if (t < pass_keys) key_offset[t] = keys.offset_in(pass_block, pass_begin + t);
+    pass_block = table_entry(pass_begin + kKeysPerPass + t);
+    __syncthreads();  // key_offset (and q_s)
+    stage_rows(k_s, k_stride, pool_k, key_offset, pass_keys, head_dim, vector_copies);
+    commit_copies();
+    stage_rows(v_s, v_stride, pool_v, key_offset, pass_keys, head_dim, vector_copies);
+    commit_copies();
+    wait_copies<1>();  // this thread's K pieces; V may still be in flight
+    __syncthreads();
+    if (t < pass_keys) {
+      scores[t] = staged_score(q_s, k_s + t * k_stride, head_dim, scale, vector_copies);
+    }
+    __syncthreads();
+
+    if (split) {
+      // Key t's online-softmax step within its part: the part's max before it (the same max_of
+      // chain as the serial loop, from the part's first key or from its state at pass start),
+      // then the step's rescale and weight.
+      if (t < pass_keys) {
+        const int key = pass_begin + t;
+        const int part_begin = key / chunk * chunk;
+        if (key != part_begin) {
+          float before;
+          int from;
+          if (part_begin >= pass_begin) {
+            before = scores[part_begin - pass_begin];
+            from = part_begin + 1;
+          } else {
+            before = part_max[key / chunk];
+            from = pass_begin;
+          }
+          for (int i = from; i < key; ++i) before = max_of(before, scores[i - pass_begin]);
+          const float new_max = max_of(before, scores[t]);
+          rescales[t] = exp_f(sub(before, new_max));
+          weights[t] = exp_f(sub(scores[t], new_max));
+          running_max[t] = new_max;
+        }
+      }
+      wait_copies<0>();
+      __syncthreads();  // V, rescales, weights
+      for (int part = warp; part < parts; part += kWarpsPerBlock) {
+        const int part_begin = part * chunk;
+        const int begin = max(part_begin, pass_begin);
+        const int end = min(min(context, part_begin + chunk), pass_end);
+        if (begin >= end) continue;
+        float max = -INFINITY;
+        float sum = 0.0f;
+        float acc[kDimsPerLane] = {};
+        if (begin != part_begin) {  // the part began in an earlier pass
+          max = part_max[part];
+          sum = part_sum[part];
+          for (int i = 0; i < kDimsPerLane; ++i) {
+            const int d = lane + 32 * i;
+            if (d < head_dim) acc[i] = part_acc[part * head_dim + d];
+          }
+        }
+        for (int key = begin; key < end; ++key) {
+          const int k = key - pass_begin;
+          const u16* value = v_s + k * v_stride;
+          if (key == part_begin) {
+            max = scores[k];
+            sum = 1.0f;
+            for (int i = 0; i < kDimsPerLane; ++i) {
+              const int d = lane + 32 * i;
+              if (d < head_dim) acc[i] = widen(value[d]);
+            }
+            continue;
+          }
+          const float rescale = rescales[k];
+          const float weight = weights[k];
+          sum = add(mul(sum, rescale), weight);
+          for (int i = 0; i < kDimsPerLane; ++i) {
+            const int d = lane + 32 * i;
+            if (d < head_dim) acc[i] = add(mul(acc[i], rescale), mul(weight, widen(value[d])));
+          }
+          max = running_max[k];
+        }
+        __syncwarp();  // every lane has read the part's old state
+        if (lane == 0) {
+          part_max[part] = max;
+          part_sum[part] = sum;
+        }
+        for (int i = 0; i < kDimsPerLane; ++i) {
+          const int d = lane + 32 * i;
+          if (d < head_dim) part_acc[part * head_dim + d] = acc[i];
+        }
+      }
+    } else {
+      // Invariant: tiles of kAttentionTile absolute positions. Each key's tile max (every key of
+      // a tile computes the same value, the tile's scores loaded before the max_of chain), then
+      // its weight.
+      const int tiles = (pass_keys + kAttentionTile - 1) / kAttentionTile;
+      if (t < pass_keys) {
+        const int tile_begin = t - t % kAttentionTile;
+        const int tile_keys = min(kAttentionTile, pass_keys - tile_begin);
+        float tile_scores[kAttentionTile];  // past tile_keys: stale, unused
+#pragma unroll
+        for (int p = 0; p < kAttentionTile; ++p) tile_scores[p] = scores[tile_begin + p];
+        float m = -INFINITY;
+#pragma unroll
+        for (int p = 0; p < kAttentionTile; ++p) {
+          if (p < tile_keys) m = max_of(m, tile_scores[p]);
+        }
+        if (t == tile_begin) tile_max[t / kAttentionTile] = m;
+        weights[t] = exp_f(sub(scores[t], m));
+      }
+      wait_copies<0>();
+      __syncthreads();  // weights, tile maxima, V
+      // Warp w builds whole tiles w, w + kWarpsPerBlock, ... into shared partials: the tile's fold
+      // factors, its sum of weights in key order, and its weighted V sums, each dim's in key order
+      // (lane: 4 adjacent dims in every 128). Tiles are independent; only their fold is serial.
+      for (int tile = warp; tile < tiles; tile += kWarpsPerBlock) {
+        const int tile_begin = tile * kAttentionTile;
+        const int tile_keys = min(kAttentionTile, pass_keys - tile_begin);
+        float w[kAttentionTile];  // past tile_keys: stale, unused
+#pragma unroll
+        for (int p = 0; p < kAttentionTile; ++p) w[p] = weights[tile_begin + p];
+        float sum = 0.0f;
+#pragma unroll
+        for (int p = 0; p < kAttentionTile; ++p) {
+          if (p < tile_keys) sum = add(sum, w[p]);
+        }
+        // Every lane computes the (warp-uniform) factors, so no lane waits on another's branch.
+        FoldFactors factors{};
+        if (!(total.empty && tile == 0)) {
+          factors = fold_factors_of(tile_max, tile, total.empty, total.max);
+        }
+        if (lane == 0) {
+          tile_sum[tile] = sum;
+          fold_scale_total[tile] = factors.scale_total;
+          fold_scale_part[tile] = factors.scale_part;
+          fold_max[tile] = factors.new_max;
+        }
+#pragma unroll 1
+        for (int d0 = 4 * lane; d0 < head_dim; d0 += 128) {
+          float a[4] = {};
+#pragma unroll
+          for (int p = 0; p < kAttentionTile; ++p) {
+            // little endian: dim d0 + 2i is the low half of 32-bit word i
+            const uint2 piece =
+                *reinterpret_cast<const uint2*>(v_s + (tile_begin + p) * v_stride + d0);
+            if (p < tile_keys) {
+              a[0] = add(a[0], mul(w[p], __uint_as_float(piece.x << 16)));
+              a[1] = add(a[1], mul(w[p], __uint_as_float(piece.x & 0xffff0000u)));
+              a[2] = add(a[2], mul(w[p], __uint_as_float(piece.y << 16)));
+              a[3] = add(a[3], mul(w[p], __uint_as_float(piece.y & 0xffff0000u)));
+            }
+          }
+          *reinterpret_cast<float4*>(&tile_acc[tile][d0]) = make_float4(a[0], a[1], a[2], a[3]);
+        }
+      }
+      __syncthreads();  // tile partials and factors
+      // The tiles folded in order into the total, each thread its own dims.
+      for (int tile = 0; tile < tiles; ++tile) {
+        float part[kDimsPerThread];
+#pragma unroll
+        for (int j = 0; j < kDimsPerThread; ++j)
+          part[j] = tile_acc[tile][t + j * kAttentionThreads];
+        total.fold(tile_max[tile], tile_sum[tile], part, fold_scale_total[tile],
+                   fold_scale_part[tile], fold_max[tile]);
+      }
+    }
+    __syncthreads();  // the pass's shared arrays are rewritten by the next pass
+  }
+
+  if (split && parts > 0) {
+    // The parts folded in order into the total.
+    if (t > 0 && t < parts) {
+      fold_factors(part_max, t, true, -INFINITY, fold_scale_total, fold_scale_part, fold_max);
+    }
+    __syncthreads();
+    for (int part = 0; part < parts; ++part) {
+      float mine[kDimsPerThread];
+      for (int j = 0; j < kDimsPerThread; ++j) {
+        const int d = t + j * kAttentionThreads;
+        mine[j] = d < head_dim ? part_acc[part * head_dim + d] : 0.0f;
+      }
+      total.fold(part_max[part], part_sum[part], mine, fold_scale_total[part],
+                 fold_scale_part[part], fold_max[part]);
+    }
+  }
+
+  u16* out_head = out + static_cast<size_t>(blockIdx.x) * head_dim;
+  for (int j = 0; j < kDimsPerThread; ++j) {
+    const int d = t + j * kAttentionThreads;
+    if (d < head_dim) out_head[d] = total.empty ? u16{0} : narrow(divide(total.acc[j], total.sum));
+  }
+}
+
+// Lets attention_kernel launch with `bytes` of dynamic shared memory on the current device. Past
+// the 48 KiB default that takes an opt-in per device, made once per size increase (the call
+// synchronizes the runtime, so not on every launch).
+template <bool kVendor>
+void allow_attention_smem(size_t bytes) {
+  constexpr size_t kDefaultDynamicSmem = 48 * 1024;
+  if (bytes <= kDefaultDynamicSmem) return;
+  int device = 0;
+  cudaCheck(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::vector<size_t> allowed;  // per device, for this instantiation
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (allowed.size() <= static_cast<size_t>(device)) allowed.resize(device + 1, 0);
+  if (allowed[device] >= bytes) return;
+  // The first launch may come inside a caller's graph capture: the attribute is no stream work,
+  // so this thread's capture mode is relaxed around the call, then restored.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t set =
+      cudaFuncSetAttribute(attention_kernel<kVendor>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(bytes));
+  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
+  cudaCheck(set);
+  allowed[device] = bytes;
+}
+
+}  // namespace
+
+void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
+                           const AttentionBatch& batch, int M, int n_heads, int vendor_splits,
+                           bf16* out, Stream stream) {
+  check_attention_args(kv, M, n_heads, vendor_splits);
+  if (M == 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));  // as on the CPU
+  const int64_t blocks = int64_t{M} * n_heads;
+  const bool vendor = family == KernelFamily::vendor;
+  const bool vector_copies = kv.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
+                             reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
+  const size_t smem = attention_smem_bytes(kv.head_dim, vendor);
+  const auto launch = [&](auto kernel) {
+    kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem, stream>>>(
+        bits_of(q), bits_of(kv.k), bits_of(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim,
+        batch, n_heads, n_heads / kv.num_kv_heads, scale, vendor_splits, vector_copies,
+        bits_of(out));
+  };
+  if (vendor) {
+    allow_attention_smem<true>(smem);
+    launch(attention_kernel<true>);
+  } else {
+    allow_attention_smem<false>(smem);
+    launch(attention_kernel<false>);
+  }
+  check_launch();
+}
+
+}  // namespace bih::cuda

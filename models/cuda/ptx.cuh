@@ -1,0 +1,102 @@
+// ptx.cuh: the inline PTX the own GEMM kernels share (sm_80 mma/ldmatrix/cp.async, sm_90 bulk
+// copies and mbarriers), each wrapped once so a kernel reads as what it does.
+//
+// Shared-memory operands are 32-bit shared-window addresses (shared_address); offsets that are
+// template parameters become PTX immediates, so an unrolled loop does no address arithmetic.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
+namespace bih::cuda::ptx {
+
+// f(std::integral_constant<int, i>{}) for i = 0 .. kCount-1, unrolled at compile time.
+template <int kCount, class F, int... kIndex>
+__device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, kIndex...>) {
+  (f(std::integral_constant<int, kIndex>{}), ...);
+}
+template <int kCount, class F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_impl<kCount>(f, std::make_integer_sequence<int, kCount>{});
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// acc[16x8] += a[16x16] . b[16x8]: bf16 in, fp32 accumulate (PTX m16n8k16 fragment layout).
+__device__ __forceinline__ void mma_bf16_16816(float (&acc)[4], const uint32_t (&a)[4], uint32_t b0,
+                                               uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 bf16 matrices from shared memory at base + kOffset bytes; lane l gives the address of
+// row l % 8 of matrix l / 8 and receives, of each matrix, row l / 4, columns 2 (l % 4) and +1.
+template <int kOffset>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t base) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4+%5];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(base), "n"(kOffset));
+}
+
+// 16 bytes global -> shared (base + kOffset) without registers, in the thread's current group.
+template <int kOffset>
+__device__ __forceinline__ void cp_async_16(uint32_t base, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0+%1], [%2], 16;\n" ::"r"(base), "n"(kOffset),
+               "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// An arrival on the mbarrier once all of this thread's earlier cp.async copies have landed; the
+// barrier's expected count must include it (.noinc).
+__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// sm_90 mbarrier with transaction bytes: a phase completes when its expected arrivals have
+// arrived and every byte announced by expect_tx has landed.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Makes initialized barriers visible to the async (bulk copy) proxy.
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` more bytes for the current phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t phase) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(phase)
+        : "memory");
+  } while (done == 0);
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the copy engine;
+// the barrier's transaction count drops by `bytes` when they have landed.
+__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
+                                                    uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+}  // namespace bih::cuda::ptx
