@@ -16,7 +16,6 @@
 // Skinny/<shape>/M=...: the own skinny tensor-core kernel (gemm_skinny.hpp) launched directly,
 // whether or not it serves a band, against the vendor family at the same M: its time, the weight
 // bytes it reads per second (weight_TBps) and speedup = vendor time / skinny time.
-// SkinnyStream/<shape>/M=.../tiles=T: its streaming instance (M <= 8) with T n8 tiles per warp.
 //
 // Flags: --pin_m=N (the reference's heuristic M), --companions=0 (the reference for every M, as
 // before companions), --skinny=N (the skinny kernel offered to bands up to M=N), --ms=1,64,512,4096
@@ -129,15 +128,9 @@ struct Operands {
       shared_gemm().gemm(family, x, w, out, M, s.N, s.K, nullptr);
     });
   }
-  // tiles < 0: launch_skinny_gemm's own choice; otherwise the streaming instance with that many
-  // n8 tiles per warp (0: by shape).
-  double time_skinny(int reps, int tiles) const {
+  double time_skinny(int reps) const {
     return time(reps, [&](const bf16* x, const bf16* w, bf16* out) {
-      if (tiles < 0) {
-        bih::cuda::launch_skinny_gemm(x, w, out, M, s.N, s.K, nullptr);
-      } else {
-        bih::cuda::launch_skinny_stream_gemm(x, w, out, M, s.N, s.K, nullptr, tiles);
-      }
+      bih::cuda::launch_skinny_gemm(x, w, out, M, s.N, s.K, nullptr);
     });
   }
 
@@ -150,15 +143,15 @@ struct Operands {
   bih::cuda::OwnedEvent stop{cudaEventDefault};
 };
 
-void bench_skinny(benchmark::State& state, Shape s, int M, int tiles) {
+void bench_skinny(benchmark::State& state, Shape s, int M) {
   const Operands operands(s, M);
-  operands.time_skinny(operands.sets(), tiles);  // warm-up
+  operands.time_skinny(operands.sets());  // warm-up
   operands.time_family(KernelFamily::vendor, operands.sets());
   const int reps = 200;
   double skinny_seconds = 0.0;
   double vendor_seconds = 0.0;
   for (auto _ : state) {
-    const double own = operands.time_skinny(reps, tiles);
+    const double own = operands.time_skinny(reps);
     const double ven = operands.time_family(KernelFamily::vendor, reps);
     skinny_seconds += own;
     vendor_seconds += ven;
@@ -289,24 +282,10 @@ int main(int argc, char** argv) {
   for (const Shape& s : kShapes) {
     for (int m : {1, 8, 16, 32}) {
       const std::string name = std::string("Skinny/") + s.name + "/M=" + std::to_string(m);
-      benchmark::RegisterBenchmark(name.c_str(), bench_skinny, s, m, -1)
+      benchmark::RegisterBenchmark(name.c_str(), bench_skinny, s, m)
           ->UseManualTime()
           ->Iterations(5)
           ->Unit(benchmark::kMicrosecond);
-    }
-  }
-  for (const Shape& s : kShapes) {
-    for (int m : {1, 8}) {
-      for (int tiles : {1, 2, 4}) {
-        const size_t staged = static_cast<size_t>(8 * tiles + m) * (s.K + 8) * sizeof(bf16);
-        if (s.N % (8 * tiles) != 0 || staged + 256 > size_t{227} * 1024) continue;
-        const std::string name = std::string("SkinnyStream/") + s.name + "/M=" + std::to_string(m) +
-                                 "/tiles=" + std::to_string(tiles);
-        benchmark::RegisterBenchmark(name.c_str(), bench_skinny, s, m, tiles)
-            ->UseManualTime()
-            ->Iterations(5)
-            ->Unit(benchmark::kMicrosecond);
-      }
     }
   }
   benchmark::RunSpecifiedBenchmarks();

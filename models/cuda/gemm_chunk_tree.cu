@@ -1,23 +1,25 @@
-// gemm_chunk_tree.cu: the tp_invariant GEMM kernel and its launcher (gemm_chunk_tree.hpp).
+// gemm_chunk_tree.cu: the tp_invariant GEMM kernels and their launcher (gemm_chunk_tree.hpp).
 //
-// Layout: a block of kThreads threads covers kThreads / chunks output columns; thread t owns
-// column n = block's first + t / chunks and chunk c = t % chunks, so one column's chunks sit in
-// consecutive lanes of a warp and their tree is three shuffles. blockIdx.x walks the row tiles of
-// x fastest, so the tiles that read the same weight rows run together and share them in L2.
-// Memory: each step a thread reads 16 bytes of its weight row (8 bf16: one product per lane) and
-// the same 16 bytes of each of its TM x rows; at TM = 1 it reads kAhead steps before it adds, so
-// a decode GEMV keeps enough bytes in flight.
+// Layout: a block of kThreads threads covers kThreads / chunks output columns (TN times that in
+// the tiled kernel); thread t owns chunk c = t % chunks of its column(s), so one column's chunks
+// sit in consecutive lanes of a warp and their tree is three shuffles. blockIdx.x walks the row
+// tiles of x fastest, so the tiles that read the same weight rows run together and share them in
+// L2. Memory: each step a thread reads 16 bytes of each weight row it owns (8 bf16: one product
+// per lane) and the same 16 bytes of each of its x rows.
+// - Decode (M <= 8, or any M whose rows are not 16-byte aligned): one column per thread, TM rows;
+//   at TM = 1 it reads kAhead steps before it adds, so a GEMV keeps bytes in flight.
+// - Prefill (M > 8): 4 columns x 4 rows per thread, so each 16 bytes loaded feed 4 chains instead
+//   of re-reading x per column; measured on the H200 at qwen3-1.7b shapes, M=64: one step's GEMMs
+//   65.0 ms with one column x 8 rows, 36.1 ms with 2 columns x 8 rows, 29.7 ms with 4 x 4.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 
 #include "models/cuda/bf16_bits.cuh"
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_chunk_tree.hpp"
 #include "models/cuda/ptx.cuh"
-#include "models/cuda/shared_limit.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -162,7 +164,7 @@ __global__ void __launch_bounds__(kThreads)
   finish_chunk_tree<TM>(acc, c, chunks, n, m0, M, N, y_bf16, y_f32);
 }
 
-// The prefill instance (M > 8, 16-byte loads): a thread owns TN columns' chains of one chunk for TM
+// The prefill kernel (M > 8, 16-byte loads): a thread owns TN columns' chains of one chunk for TM
 // rows, so each 16 bytes of x it loads feed TN columns and each 16 bytes of w feed TM rows (the
 // kernel above re-reads x for every column). Same chains, same trees: only which thread adds
 // which chain changes. Column j of group g in block b is b * TN * groups + g + j * groups.
@@ -231,104 +233,6 @@ void launch_tiled(const void* x, const void* w, void* y_bf16, float* y_f32, int 
   cudaCheck(cudaGetLastError());
 }
 
-// The decode instance (M <= 8, one row tile): the same chains, with the block's weight rows staged
-// in shared memory first. The register look-ahead above has each thread read 16 bytes of its
-// own row, so one warp instruction touches 32 rows: at M=1 that reached only 0.8 to 2 TB/s. Here
-// the block copies its rows with cp.async in row order (consecutive threads, consecutive 16-byte
-// pieces: whole 128-byte lines per instruction) into a layout where each (column, chunk) chain
-// is one stretch of chunk_len + 8 bf16; the thread that owns the chain then reads it back 16
-// bytes per step. The pad puts the 8 chunks of a column (8 threads reading the same step) in
-// different bank quads whenever chunk_len is a multiple of 16. The copy is in kGroups groups of
-// rows, so the first rows' warps add while the last rows are still in flight.
-constexpr int kGroups = 2;
-
-size_t stream_shared_bytes(int chunk_len) {
-  return static_cast<size_t>(kThreads) * (chunk_len + kLanes) * sizeof(uint16_t);
-}
-
-template <int TM>
-__global__ void __launch_bounds__(kThreads)
-    chunk_tree_stream_kernel(const uint16_t* __restrict__ x,  // [M, K], M <= TM
-                             const uint16_t* __restrict__ w,  // [N, K]
-                             uint16_t* __restrict__ y_bf16,   // [M, N] or null
-                             float* __restrict__ y_f32,       // [M, N] or null
-                             int M, int N, int K, int chunks) {
-  extern __shared__ __align__(16) unsigned char smem[];  // [rows][chunks][chunk_len + 8] bf16
-  const int chunk_len = K / chunks;
-  const int steps = chunk_len / kLanes;
-  const int rows = kThreads / chunks;  // the block's output columns
-  const int n_first = blockIdx.x * rows;
-  const uint32_t stretch_bytes = static_cast<uint32_t>(chunk_len + kLanes) * 2;
-  const uint32_t smem_base = ptx::shared_address(smem);
-  const int pieces = K / kLanes;  // 16-byte pieces per weight row
-  const int rows_per_group = rows / kGroups;
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-    for (int r = g * rows_per_group; r < (g + 1) * rows_per_group; ++r) {
-      // Rows past N copy row N-1: their chains run and are never stored.
-      const uint16_t* src = w + static_cast<size_t>(min(n_first + r, N - 1)) * K;
-      int chunk = threadIdx.x / steps;
-      int step = threadIdx.x % steps;
-      for (int q = threadIdx.x; q < pieces; q += kThreads) {
-        ptx::cp_async_16<0>(smem_base + (r * chunks + chunk) * stretch_bytes + step * 16,
-                            src + q * kLanes);
-        step += kThreads;
-        while (step >= steps) {
-          step -= steps;
-          ++chunk;
-        }
-      }
-    }
-    ptx::cp_async_commit();
-  }
-
-  const int c = threadIdx.x % chunks;
-  const int row = threadIdx.x / chunks;
-  const int n = n_first + row;
-  const unsigned char* mine = smem + static_cast<size_t>(threadIdx.x) * stretch_bytes;
-  const size_t k0 = static_cast<size_t>(c) * chunk_len;
-  const uint16_t* x_row[TM];
-#pragma unroll
-  for (int t = 0; t < TM; ++t) x_row[t] = x + static_cast<size_t>(min(t, M - 1)) * K + k0;
-  float acc[TM][kLanes];
-#pragma unroll
-  for (int t = 0; t < TM; ++t) {
-#pragma unroll
-    for (int j = 0; j < kLanes; ++j) acc[t][j] = 0.0f;
-  }
-  ptx::static_for<kGroups>([&](auto group_constant) {
-    constexpr int kGroup = decltype(group_constant)::value;
-    ptx::cp_async_wait<kGroups - 1 - kGroup>();  // this thread's pieces of group kGroup ...
-    __syncthreads();                             // ... and every thread's
-    if (row / rows_per_group != kGroup) return;
-#pragma unroll 4
-    for (int step = 0; step < steps; ++step) {
-      float wf[kLanes];
-      unpack8(*reinterpret_cast<const uint4*>(mine + step * 16), wf);
-#pragma unroll
-      for (int t = 0; t < TM; ++t) {
-        float xf[kLanes];
-        unpack8(__ldg(reinterpret_cast<const uint4*>(x_row[t]) + step), xf);
-        accumulate(acc[t], xf, wf);
-      }
-    }
-  });
-  finish_chunk_tree<TM>(acc, c, chunks, n, 0, M, N, y_bf16, y_f32);
-}
-
-template <int TM>
-void launch_stream_tm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N, int K,
-                      int chunks, cudaStream_t stream) {
-  const int columns_per_block = kThreads / chunks;
-  auto* kernel = chunk_tree_stream_kernel<TM>;
-  allow_max_dynamic_shared(reinterpret_cast<const void*>(kernel));
-  kernel<<<(N + columns_per_block - 1) / columns_per_block, kThreads,
-           stream_shared_bytes(K / chunks), stream>>>(
-      static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-      static_cast<uint16_t*>(y_bf16), y_f32, M, N, K, chunks);
-  cudaCheck(cudaGetLastError());
-}
-
 template <int TM>
 void launch_tm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N, int K,
                int chunks, cudaStream_t stream) {
@@ -354,29 +258,9 @@ void launch_tm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, 
 
 void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N,
                             int K, int chunks, cudaStream_t stream) {
-  const int chunk_len = K / chunks;
-  const bool streams = M <= 8 && chunk_len % kLanes == 0 &&
-                       stream_shared_bytes(chunk_len) <= kMaxDynamicSharedBytes &&
-                       reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (streams) {
-    if (M == 1) return launch_stream_tm<1>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-    if (M == 2) return launch_stream_tm<2>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-    if (M <= 4) return launch_stream_tm<4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-    return launch_stream_tm<8>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-  }
-  const bool vector = chunk_len % kLanes == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+  const bool vector = (K / chunks) % kLanes == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (M > 8 && vector) {
-    // Temporary tuning switch (bench only): BIH_CHUNK_TREE_TILE=44 for 4 rows x 4 columns.
-    static const int tile = [] {
-      const char* v = std::getenv("BIH_CHUNK_TREE_TILE");
-      return v != nullptr ? std::atoi(v) : 82;
-    }();
-    if (tile == 44) return launch_tiled<4, 4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-    if (tile == 81) return launch_tm<8>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-    return launch_tiled<8, 2>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-  }
+  if (M > 8 && vector) return launch_tiled<4, 4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   if (M == 1) return launch_tm<1>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   if (M == 2) return launch_tm<2>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   if (M <= 4) return launch_tm<4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);

@@ -4,9 +4,10 @@
 // models/cpu/gemm.cpp's tp_invariant plan: inside a chunk, lane j of 8 fp32 accumulators sums
 // the products at k0 + j, k0 + j + 8, ... from zero (IEEE multiply, then add: never fused, as the
 // CPU build's -ffp-contract=off); the lanes combine as ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)); the
-// chunk partials combine by pairwise_tree_sum over the chunk index (models/tree_sum.hpp). One
-// thread owns one (output column, chunk) chain for up to 8 rows of x, so nothing about an output's
-// arithmetic depends on M, the grid, or which rows share a launch.
+// chunk partials combine by pairwise_tree_sum over the chunk index (models/tree_sum.hpp). A thread
+// owns whole (output column, chunk) chains (one column for up to 8 rows at decode sizes, 4
+// columns x 4 rows beyond), so nothing about an output's arithmetic depends on M, the grid, or
+// which rows share a launch: which kernel ran changes which thread adds a chain, never its order.
 #pragma once
 
 struct CUstream_st;

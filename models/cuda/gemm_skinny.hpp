@@ -33,14 +33,4 @@ bool skinny_gemm_supports(int M, int N, int K);
 void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
                         cudaStream_t stream);
 
-// The decode instance (gemm_skinny_stream.cu): the same chain for M <= 8, with the whole weight
-// slice of a warp requested at once, so that M=1 is not bound by the bytes a ring keeps in flight.
-// launch_skinny_gemm takes it for every shape it supports: 1 <= M <= 8, N % 8 == 0, K a multiple
-// of 256 up to 8192 and (8 + M) rows of K + 8 bf16 within 227 KiB of shared memory.
-bool skinny_stream_gemm_supports(int M, int N, int K);
-// tiles: n8 tiles of weight rows per warp (1, 2 or 4; 0 picks by shape). Each element's chain is
-// the same whatever the tiles, so they change the speed, never a bit.
-void launch_skinny_stream_gemm(const void* x, const void* w, void* y, int M, int N, int K,
-                               cudaStream_t stream, int tiles = 0);
-
 }  // namespace bih::cuda

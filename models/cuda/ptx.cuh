@@ -1,5 +1,5 @@
-// ptx.cuh: the inline PTX the own GEMM kernels share (sm_80 mma/ldmatrix/cp.async, sm_90 bulk
-// copies and mbarriers), each wrapped once so a kernel reads as what it does.
+// ptx.cuh: the inline PTX the own tensor-core GEMM kernels share (sm_80 mma.sync, ldmatrix,
+// cp.async), each wrapped once so a kernel reads as what it does.
 //
 // Shared-memory operands are 32-bit shared-window addresses (shared_address); offsets that are
 // template parameters become PTX immediates, so an unrolled loop does no address arithmetic.
@@ -55,48 +55,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// An arrival on the mbarrier once all of this thread's earlier cp.async copies have landed; the
-// barrier's expected count must include it (.noinc).
-__device__ __forceinline__ void cp_async_arrive(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
-// sm_90 mbarrier with transaction bytes: a phase completes when its expected arrivals have
-// arrived and every byte announced by expect_tx has landed.
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
-}
-// Makes initialized barriers visible to the async (bulk copy) proxy.
-__device__ __forceinline__ void fence_mbarrier_init() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-// One arrival that also announces `bytes` more bytes for the current phase.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t phase) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(phase)
-        : "memory");
-  } while (done == 0);
-}
-// `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the copy engine;
-// the barrier's transaction count drops by `bytes` when they have landed.
-__device__ __forceinline__ void bulk_copy_to_shared(uint32_t dst, const void* src, uint32_t bytes,
-                                                    uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
 }
 
 }  // namespace bih::cuda::ptx
