@@ -7,7 +7,8 @@
 //   emulated GPU group's tree collectives are bitwise the host's tree_f32_sum.
 // - The engine (tiny model, emulated ranks on one GPU) at TP 1, 2, 4 and 8, with SP, graphs, the
 //   prefix cache and chunked prefill, generates bitwise the tokens and logprobs of TP=1 eager,
-//   alone and in a batch; the invariant family at TP=4 does not (so the comparison can fail).
+//   alone and in a batch, and so does qwen3-1.7b at TP 2, 4 and 8; the invariant family at TP=4
+//   does not (so the comparison can fail).
 // Every test skips without a GPU (fails under BIH_REQUIRE_GPU=1).
 #include <gtest/gtest.h>
 
@@ -292,9 +293,9 @@ void register_cuda_backend_once() {
   (void)registered;
 }
 
-Scenario tp_invariant_scenario(int tp) {
+Scenario tp_invariant_scenario(int tp, const std::string& preset = "tiny") {
   Scenario s;
-  s.model.preset = "tiny";
+  s.model.preset = preset;
   s.backend = Backend::cuda;
   s.tp = tp;
   s.kernels = KernelFamily::tp_invariant;
@@ -310,19 +311,19 @@ struct Generations {
   std::vector<SequenceResult> alone;
 };
 
-Generations generate(const Scenario& s) {
+Generations generate(const Scenario& s, int count = 8, int max_tokens = 6) {
   register_cuda_backend_once();
   EngineBundle b = make_engine(s);
   PromptSpec spec;
-  spec.count = 8;
+  spec.count = count;
   spec.min_len = 5;
   spec.max_len = 40;
   spec.seed = 21;
   const auto prompts = make_prompts(spec, 2048, "");
   Generations g;
-  g.batch = b.engine->generate(prompts, 6);
-  if (s.prefix_caching) g.batch = b.engine->generate(prompts, 6);  // the second run hits
-  for (const auto& p : prompts) g.alone.push_back(b.engine->generate({p}, 6)[0]);
+  g.batch = b.engine->generate(prompts, max_tokens);
+  if (s.prefix_caching) g.batch = b.engine->generate(prompts, max_tokens);  // the second run hits
+  for (const auto& p : prompts) g.alone.push_back(b.engine->generate({p}, max_tokens)[0]);
   return g;
 }
 
@@ -372,6 +373,24 @@ TEST(CudaTpInvariantEngine, EveryTpSpGraphCacheAndChunkSettingGivesTp1EagerBits)
     const Generations g = generate(v.s);
     EXPECT_EQ(differing_steps(g.batch, reference.batch), 0) << v.name << ", batch vs tp=1 eager";
     EXPECT_EQ(differing_steps(g.alone, reference.batch), 0) << v.name << ", bs=1 vs tp=1 eager";
+  }
+}
+
+// At the real scale: qwen3-1.7b (synthetic weights from seed 0), every rank emulated on one GPU,
+// TP 2, 4 and 8 (SP on at 8, full graphs at 4) against TP=1 eager, batch and bs=1.
+TEST(CudaTpInvariantEngine, Qwen3At1p7bGivesTp1EagerBitsAtTp2To8) {
+  BIH_SKIP_WITHOUT_GPU();
+  const Generations reference = generate(tp_invariant_scenario(1, "qwen3-1.7b"), 4, 4);
+  EXPECT_EQ(differing_steps(reference.alone, reference.batch), 0) << "tp=1: bs=1 vs batch";
+  for (int tp : {2, 4, 8}) {
+    Scenario s = tp_invariant_scenario(tp, "qwen3-1.7b");
+    s.sp_enabled = tp == 8;
+    s.graph_mode = tp == 4 ? GraphMode::full : GraphMode::none;
+    const Generations g = generate(s, 4, 4);
+    const std::string name = "qwen3-1.7b tp=" + std::to_string(tp) +
+                             (s.sp_enabled ? " sp=on" : "") + " graph=" + to_string(s.graph_mode);
+    EXPECT_EQ(differing_steps(g.batch, reference.batch), 0) << name << ", batch vs tp=1 eager";
+    EXPECT_EQ(differing_steps(g.alone, reference.batch), 0) << name << ", bs=1 vs tp=1 eager";
   }
 }
 
