@@ -24,8 +24,8 @@
 // [vocab, hidden] table; the lm_head row gather is the same kernel over a [M, hidden] table),
 // attention/<family>/ctx=<64|512> (decode rows, one sequence per row; vendor splits as the engine
 // picks them for M decode rows), greedy_sample (its three kernels as one launch: nodes_per_launch
-// 3), qkv_split_copies (the three cudaMemcpy2DAsync of cuda_forward.cpp's enqueue_piece as one
-// launch: nodes_per_launch 3), and Kernel/empty/blocks=<1|1024> alone. Last,
+// 3), qkv_split_copies (the three cudaMemcpy2DAsync of cuda_forward_layers.cpp's enqueue_piece as
+// one launch: nodes_per_launch 3), and Kernel/empty/blocks=<1|1024> alone. Last,
 // Kernel/step_sum/<family>/ctx=<c>/M=<rows>: the non-GEMM kernels of one decode step (num_layers x
 // (qkv_norm_rope_write_kv, attention, 2 add_rms_norm, silu_mul) + embedding, rms_norm, lm_head row
 // gather, greedy_sample) summed from the times measured above in the same run: us_per_step, nodes

@@ -3,6 +3,9 @@
 // Every NCCL call on the communicator happens under mutex_, so that abort() from another thread
 // never races one; the locks are short because nonblocking NCCL calls return at once and are
 // then polled (ncclInProgress -> ncclSuccess) with the lock released between polls.
+//
+// The collectives themselves (and nccl_call, which every NCCL call of theirs goes through) are in
+// nccl_collectives.cpp; the polling helpers both files use are in nccl_internal.hpp.
 #include "models/cuda/nccl_comm.hpp"
 
 #include <cuda_runtime_api.h>
@@ -15,11 +18,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
-#include <thread>
+#include <string>
 
 #include "models/cuda/check.hpp"
-#include "models/cuda/emulated_gpu_kernels.hpp"
-#include "models/tree_sum.hpp"
+#include "models/cuda/nccl_internal.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -28,10 +30,6 @@ const char* op_name(int op) {
   static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather",
                                        "all_reduce_tree_f32", "reduce_scatter_tree_f32"};
   return kNames[op];
-}
-
-std::string milliseconds_text(std::chrono::milliseconds t) {
-  return std::to_string(t.count()) + " ms";
 }
 
 int hex_digit_value(char c) {
@@ -115,50 +113,15 @@ void NcclCommunicator::synchronize() { wait(options_.watchdog); }
 #if defined(BIH_HAVE_NCCL)
 
 static_assert(NCCL_UNIQUE_ID_BYTES == kNcclUniqueIdBytes, "ncclUniqueId changed size");
-static_assert(sizeof(bf16) == sizeof(uint16_t), "bf16 must be its 16 bits, as the kernel reads it");
+
+using nccl_detail::async_state;
+using nccl_detail::Backoff;
+using nccl_detail::Deadline;
+using nccl_detail::milliseconds_text;
+using nccl_detail::nccl_error_text;
+using nccl_detail::no_error;
 
 namespace {
-
-// Sleeps between polls: short at first (an enqueue or a small collective takes microseconds),
-// then longer, so that a long wait does not keep a core busy.
-class Backoff {
- public:
-  void pause() {
-    std::this_thread::sleep_for(delay_);
-    delay_ = std::min(delay_ * 2, std::chrono::microseconds(500));
-  }
-
- private:
-  std::chrono::microseconds delay_{10};
-};
-
-class Deadline {
- public:
-  explicit Deadline(std::chrono::milliseconds timeout)
-      : forever_(timeout.count() == 0), end_(std::chrono::steady_clock::now() + timeout) {}
-  bool passed() const { return !forever_ && std::chrono::steady_clock::now() >= end_; }
-
- private:
-  bool forever_;
-  std::chrono::steady_clock::time_point end_;
-};
-
-// A call inside a group may answer ncclInProgress in nonblocking mode; only errors stop it.
-bool no_error(ncclResult_t r) { return r == ncclSuccess || r == ncclInProgress; }
-
-// The communicator's state: ncclSuccess, ncclInProgress (a call still being enqueued) or an error.
-ncclResult_t async_state(ncclComm_t comm) {
-  ncclResult_t state = ncclSuccess;
-  const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
-  return r != ncclSuccess ? r : state;
-}
-
-std::string nccl_error_text(ncclResult_t r) {
-  std::string text = ncclGetErrorString(r);
-  const char* last = ncclGetLastError(nullptr);
-  if (last != nullptr && *last != '\0') text += " (" + std::string(last) + ")";
-  return text;
-}
 
 // ",NCCL_ALGO=Tree,NCCL_PROTO=Simple": the variables that pick NCCL's algorithm, where set.
 std::string read_nccl_env() {
@@ -168,30 +131,6 @@ std::string read_nccl_env() {
   }
   return text;
 }
-
-// The all-to-all of a reduce_scatter built from point-to-point calls (the `fixed` order and the
-// fp32 tree): block `peer` of `in` goes to each peer, and each peer's block `rank` lands in
-// staging block `peer`; this rank's own block stays where it is. `count` elements of
-// `element_bytes` per block. One NCCL group, closed even after an error.
-ncclResult_t exchange_blocks(ncclComm_t comm, const void* in, void* staging, size_t count,
-                             ncclDataType_t type, size_t element_bytes, int rank, int size,
-                             cudaStream_t stream) {
-  const ncclResult_t started = ncclGroupStart();
-  if (started != ncclSuccess) return started;
-  ncclResult_t first = ncclSuccess;
-  for (int peer = 0; peer < size && no_error(first); ++peer) {
-    if (peer == rank) continue;
-    const size_t offset = static_cast<size_t>(peer) * count * element_bytes;
-    first = ncclSend(static_cast<const char*>(in) + offset, count, type, peer, comm, stream);
-    if (no_error(first)) {
-      first = ncclRecv(static_cast<char*>(staging) + offset, count, type, peer, comm, stream);
-    }
-  }
-  const ncclResult_t ended = ncclGroupEnd();
-  return no_error(first) ? ended : first;
-}
-
-const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
 
 }  // namespace
 
@@ -361,35 +300,6 @@ void NcclCommunicator::end_collective() {
   if (options_.wait_after_each_collective && !capturing()) wait(options_.watchdog);
 }
 
-template <class Call>
-void NcclCommunicator::nccl_call(const char* what, Call&& call) {
-  std::unique_lock lock(mutex_);
-  if (aborted_) throw CommAborted(abort_reason_);
-  ncclResult_t r = call(comm_);
-  const Deadline deadline(options_.watchdog);
-  Backoff backoff;
-  while (r == ncclInProgress) {
-    // Nonblocking mode: NCCL enqueues in the background (connecting peers on first use); no
-    // other NCCL call and no kernel on the stream until it is done.
-    if (deadline.passed()) {
-      abort_locked(where() + ": NCCL watchdog: " + what + " for " + describe_latest() +
-                   " was not enqueued within " + milliseconds_text(options_.watchdog) +
-                   " (a peer never joined?); the communicator was aborted (ncclCommAbort)");
-      throw CommAborted(abort_reason_);
-    }
-    lock.unlock();
-    backoff.pause();
-    lock.lock();
-    if (aborted_) throw CommAborted(abort_reason_);
-    r = async_state(comm_);
-  }
-  if (r != ncclSuccess) {
-    abort_locked(where() + ": " + what + " for " + describe_latest() +
-                 " failed: " + nccl_error_text(r) + "; the communicator was aborted");
-    throw CommAborted(abort_reason_);
-  }
-}
-
 void NcclCommunicator::grow_staging(size_t elements) {
   // Outgrown buffers stay allocated until destruction: a captured graph may still name them.
   const size_t capacity = std::max(elements, 2 * staging_capacity_);
@@ -429,140 +339,6 @@ void NcclCommunicator::reserve(size_t max_count) {
                            ") during stream capture: reserve before capturing");
   }
   grow_staging(needed);
-}
-
-void NcclCommunicator::launch_fixed_sum(const std::vector<const bf16*>& inputs, size_t count,
-                                        bf16* out) {
-  // The emulated `fixed` model exactly: chain 0..n-1 from rank 0's value, fp32, one rounding.
-  detail::ChainSumArgs args;
-  for (int q = 0; q < size_; ++q) {
-    args.inputs[q] = bits_of(inputs[q]);
-    args.chain[q] = q;
-  }
-  args.chain_length = size_;
-  args.fp32_once = true;
-  args.input_offset = 0;
-  args.count = count;
-  args.out = reinterpret_cast<uint16_t*>(out);
-  try {
-    detail::launch_chain_sum(args, stream_);
-  } catch (const std::exception& e) {
-    abort_and_throw(where() + ": the fixed-order sum of " + describe_latest() +
-                    " failed to launch: " + e.what());
-  }
-}
-
-void NcclCommunicator::all_reduce(bf16* data, size_t count) {
-  begin_collective(Op::all_reduce, count);
-  if (count == 0) return;
-  if (options_.orders.all_reduce == ReduceOrder::fixed) {
-    // Every rank gathers every rank's whole buffer: staging [size][count]; then sums it.
-    bf16* staging = staging_for(count);
-    nccl_call("ncclAllGather", [&](ncclComm_t comm) {
-      return ncclAllGather(data, staging, count, ncclBfloat16, comm, stream_);
-    });
-    std::vector<const bf16*> inputs(size_);
-    for (int q = 0; q < size_; ++q) inputs[q] = staging + static_cast<size_t>(q) * count;
-    // The all-gather has finished on this stream, so peers are done reading `data`.
-    launch_fixed_sum(inputs, count, data);
-  } else {
-    nccl_call("ncclAllReduce", [&](ncclComm_t comm) {
-      return ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, comm, stream_);
-    });
-  }
-  end_collective();
-}
-
-void NcclCommunicator::reduce_scatter(const bf16* in, bf16* out, size_t count) {
-  begin_collective(Op::reduce_scatter, count);
-  if (count == 0) return;
-  if (options_.orders.reduce_scatter == ReduceOrder::fixed) {
-    // All-to-all of blocks: peer q's block `rank` lands in staging block q; block `rank` of this
-    // rank's own input is summed in place where it is.
-    bf16* staging = staging_for(count);
-    nccl_call("ncclSend/ncclRecv", [&](ncclComm_t comm) {
-      return exchange_blocks(comm, in, staging, count, ncclBfloat16, sizeof(bf16), rank_, size_,
-                             stream_);
-    });
-    std::vector<const bf16*> inputs(size_);
-    for (int q = 0; q < size_; ++q) {
-      const size_t block = static_cast<size_t>(q) * count;
-      inputs[q] = q == rank_ ? in + block : staging + block;
-    }
-    // out may be in + rank*count (in place): each element is read before it is written.
-    launch_fixed_sum(inputs, count, out);
-  } else {
-    nccl_call("ncclReduceScatter", [&](ncclComm_t comm) {
-      return ncclReduceScatter(in, out, count, ncclBfloat16, ncclSum, comm, stream_);
-    });
-  }
-  end_collective();
-}
-
-void NcclCommunicator::check_tree_size(const char* what) const {
-  if (!tp_invariant_tp_ok(size_)) {
-    throw std::invalid_argument(where() + ": " + what + " needs 1, 2, 4 or 8 ranks (the chunk " +
-                                "tree of kernels tp_invariant), not " + std::to_string(size_));
-  }
-}
-
-void NcclCommunicator::launch_tree_sum(const std::vector<const float*>& inputs, size_t count,
-                                       bf16* out) {
-  detail::TreeF32SumArgs args;
-  std::copy(inputs.begin(), inputs.end(), args.inputs);
-  args.ranks = size_;
-  args.count = count;
-  args.out = reinterpret_cast<uint16_t*>(out);
-  try {
-    detail::launch_tree_f32_sum(args, stream_);
-  } catch (const std::exception& e) {
-    abort_and_throw(where() + ": the tree sum of " + describe_latest() +
-                    " failed to launch: " + e.what());
-  }
-}
-
-void NcclCommunicator::all_reduce_tree_f32(const float* in, bf16* out, size_t count) {
-  check_tree_size("all_reduce_tree_f32");
-  begin_collective(Op::all_reduce_tree_f32, count);
-  if (count == 0) return;
-  // Every rank gathers every rank's fp32 buffer: staging [size][count] floats; then sums it.
-  auto* staging = reinterpret_cast<float*>(staging_for(2 * count));
-  nccl_call("ncclAllGather", [&](ncclComm_t comm) {
-    return ncclAllGather(in, staging, count, ncclFloat32, comm, stream_);
-  });
-  std::vector<const float*> inputs(size_);
-  for (int q = 0; q < size_; ++q) inputs[q] = staging + static_cast<size_t>(q) * count;
-  launch_tree_sum(inputs, count, out);
-  end_collective();
-}
-
-void NcclCommunicator::reduce_scatter_tree_f32(const float* in, bf16* out, size_t count) {
-  check_tree_size("reduce_scatter_tree_f32");
-  begin_collective(Op::reduce_scatter_tree_f32, count);
-  if (count == 0) return;
-  // All-to-all of fp32 blocks: peer q's block `rank` lands in staging block q; this rank's own
-  // block is read where it is.
-  auto* staging = reinterpret_cast<float*>(staging_for(2 * count));
-  nccl_call("ncclSend/ncclRecv", [&](ncclComm_t comm) {
-    return exchange_blocks(comm, in, staging, count, ncclFloat32, sizeof(float), rank_, size_,
-                           stream_);
-  });
-  std::vector<const float*> inputs(size_);
-  for (int q = 0; q < size_; ++q) {
-    const size_t block = static_cast<size_t>(q) * count;
-    inputs[q] = q == rank_ ? in + static_cast<size_t>(rank_) * count : staging + block;
-  }
-  launch_tree_sum(inputs, count, out);
-  end_collective();
-}
-
-void NcclCommunicator::all_gather(const bf16* in, bf16* out, size_t count) {
-  begin_collective(Op::all_gather, count);
-  if (count == 0) return;
-  nccl_call("ncclAllGather", [&](ncclComm_t comm) {
-    return ncclAllGather(in, out, count, ncclBfloat16, comm, stream_);
-  });
-  end_collective();
 }
 
 void NcclCommunicator::wait(std::chrono::milliseconds timeout) {
@@ -609,6 +385,7 @@ void NcclCommunicator::wait(std::chrono::milliseconds timeout) {
 }
 
 #else  // no NCCL in this build: construction throws; the other members are never reached.
+// (The members that nccl_collectives.cpp defines where NCCL is present are here too.)
 
 namespace {
 [[noreturn]] void throw_no_nccl() {
