@@ -11,7 +11,9 @@
 // Benchmarks: bs 1 and 64, graph modes none and full (the target: bs=1 `full` within 1.3x), and
 // beside them the peer: the vendor kernels (cuBLAS's heuristics, split-count decode attention) in
 // the same engine with `full` graphs, so the cost of invariance and the cost of the engine show
-// apart.
+// apart. The matrix's emulated cells (TP=4 and 8 on one GPU, SP on, reduce_scatter fixed: the
+// cell tp8-sp-fixed of scenarios/issue-56370-gpu.json) at bs=1 in every graph mode show what an
+// emulated rank costs: the same weights read once in all, against the TP=1 step.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime_api.h>
 
@@ -64,7 +66,7 @@ double copy_bandwidth() {
 }
 
 void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode,
-                   bih::KernelFamily family) {
+                   bih::KernelFamily family, int tp) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
     state.SkipWithError("no CUDA GPU visible");
@@ -75,7 +77,12 @@ void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode,
   bih::Scenario s;
   s.model.preset = "qwen3-1.7b";
   s.backend = bih::Backend::cuda;
-  s.tp = 1;
+  s.tp = tp;
+  if (tp > 1) {  // the matrix's emulated cell tp<N>-sp-fixed
+    s.ranks = bih::RankKind::emulated;
+    s.sp_enabled = true;
+    s.reduce_scatter = bih::ReduceOrder::fixed;
+  }
   s.graph_mode = mode;
   s.kernels = family;
   bih::EngineBundle bundle = bih::make_engine(s);
@@ -132,16 +139,23 @@ void register_decode_benchmarks() {
                               {bih::GraphMode::full, bih::KernelFamily::invariant},
                               {bih::GraphMode::full, bih::KernelFamily::vendor},
                               {bih::GraphMode::full, bih::KernelFamily::tp_invariant}};
+  auto add = [](int tp, int bs, const Variant& v) {
+    benchmark::RegisterBenchmark(
+        ("BM_DecodeStep/qwen3-1.7b/tp:" + std::to_string(tp) + "/bs:" + std::to_string(bs) +
+         "/graph:" + bih::to_string(v.mode) + "/kernels:" + bih::to_string(v.family))
+            .c_str(),
+        [tp, bs, v](benchmark::State& state) { BM_DecodeStep(state, bs, v.mode, v.family, tp); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->Iterations(3);
+  };
   for (int bs : {1, 64}) {
-    for (const Variant& v : variants) {
-      benchmark::RegisterBenchmark(
-          ("BM_DecodeStep/qwen3-1.7b/tp:1/bs:" + std::to_string(bs) +
-           "/graph:" + bih::to_string(v.mode) + "/kernels:" + bih::to_string(v.family))
-              .c_str(),
-          [bs, v](benchmark::State& state) { BM_DecodeStep(state, bs, v.mode, v.family); })
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond)
-          ->Iterations(3);
+    for (const Variant& v : variants) add(1, bs, v);
+  }
+  for (int tp : {4, 8}) {
+    for (bih::GraphMode mode :
+         {bih::GraphMode::none, bih::GraphMode::piecewise, bih::GraphMode::full}) {
+      add(tp, 1, {mode, bih::KernelFamily::invariant});
     }
   }
 }
