@@ -7,7 +7,8 @@
 #            vs the HBM floor (BENCH_FILTER: a --benchmark_filter for the first run)
 #   probes   `bih probe nccl` under several NCCL_ALGO settings and `bih probe all`
 #   matrix   scenarios/issue-56370-gpu.json (qwen3-1.7b on the CUDA backend), filtered by
-#            MATRIX_ONLY (space-separated --only globs; default every scenario), localization on
+#            MATRIX_ONLY (space-separated --only globs; default every scenario), localization on,
+#            in MATRIX_JOBS shards side by side on the one GPU (default 1: one after another)
 #   explain  `bih explain` of the TP=4 SP ring report (the first divergent op on the GPU)
 #   nccl     issue 6: `bih probe nccl` on every GPU of the machine, then
 #            scenarios/issue-56370-nccl.json with real NCCL at the TP sizes in NCCL_TPS (default
@@ -35,6 +36,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-out/device}
 STAGES=${STAGES:-tests bench probes matrix explain}
 MATRIX_ONLY=${MATRIX_ONLY:-}
+MATRIX_JOBS=${MATRIX_JOBS:-1}
 # Raw results live outside $OUT (the device tool returns few files) and are packed into
 # $OUT/device-results.tgz after every stage, so a run cut short still returns what it made.
 RAW=$(mktemp -d)
@@ -160,9 +162,19 @@ if stage matrix; then
   set -f  # the filters are bih globs, not file names
   for f in $MATRIX_ONLY; do only+=(--only "$f"); done
   set +f
-  "$build/bih" run scenarios/issue-56370-gpu.json "${only[@]}" \
-    --set localize=true --out "$R/issue-56370-gpu" >"$R/issue-56370-gpu.txt" 2>&1
-  summary "issue-56370-gpu: exit $? in $(( $(date +%s) - t )) s"
+  # Shard I of MATRIX_JOBS runs into its own folder (each --out is locked by its run); the gate
+  # and `bih matrix` read all the folders.
+  matrix_dirs=()
+  : >"$R/issue-56370-gpu.txt"
+  for ((i = 1; i <= MATRIX_JOBS; i++)); do
+    matrix_dirs+=("$R/issue-56370-gpu/shard-$i")
+    "$build/bih" run scenarios/issue-56370-gpu.json "${only[@]}" --shard "$i/$MATRIX_JOBS" \
+      --set localize=true --out "$R/issue-56370-gpu/shard-$i" >"$R/issue-56370-gpu-$i.txt" 2>&1 &
+  done
+  matrix_exit=0
+  for ((i = 1; i <= MATRIX_JOBS; i++)); do wait -n || matrix_exit=$?; done
+  cat "$R"/issue-56370-gpu-*.txt >>"$R/issue-56370-gpu.txt"
+  summary "issue-56370-gpu: exit $matrix_exit in $(( $(date +%s) - t )) s ($MATRIX_JOBS side by side; $(grep -h 'scenario(s) in' "$R"/issue-56370-gpu-*.txt | paste -sd';' -))"
   # One rule for what cannot run here (issue 19): on one GPU the TP=2 NCCL cells are
   # `unsupported`, counted as not checked on this machine and JUnit <skipped> with the reason,
   # and the gate passes; from two GPUs on every cell of the file can run, so --require-all makes
@@ -170,7 +182,7 @@ if stage matrix; then
   # any regression does.
   gate_strict=()
   [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ] && gate_strict=(--require-all)
-  "$build/bih" gate --expect ci/expectations-gpu.json "$R/issue-56370-gpu" "${gate_strict[@]}" \
+  "$build/bih" gate --expect ci/expectations-gpu.json "${matrix_dirs[@]}" "${gate_strict[@]}" \
     --junit "$R/gate-gpu.xml" >"$R/gate-gpu.txt" 2>&1
   summary "gate against ci/expectations-gpu.json${gate_strict[*]:+ (${gate_strict[*]})}: exit $? ($(tail -1 "$R/gate-gpu.txt"))"
   grep -E "not checked on this machine|^FAIL" "$R/gate-gpu.txt" | head -10
@@ -180,7 +192,7 @@ if stage matrix; then
 fi
 
 if stage explain; then
-  report=$(ls "$R"/issue-56370-gpu/*tp=4,sp=on*rs=ring*graph=none*prefix=off*.json 2>/dev/null | head -1)
+  report=$(ls "$R"/issue-56370-gpu/shard-*/*tp=4,sp=on*rs=ring*graph=none*prefix=off*.json 2>/dev/null | head -1)
   if [ -n "$report" ]; then
     "$build/bih" explain "$report" >"$R/explain-tp4-sp-ring.txt" 2>&1
     summary "explain tp4 sp ring (GPU): exit $?"

@@ -19,6 +19,7 @@ Rendezvous::Rendezvous(int size, std::chrono::milliseconds watchdog, std::string
       watchdog_(watchdog),
       name_(std::move(name)),
       on_complete_(std::move(on_complete)),
+      spin_(std::thread::hardware_concurrency() > static_cast<unsigned>(size)),
       arrived_(size, 0),
       posted_(size),
       inputs_(size, nullptr),
@@ -60,20 +61,49 @@ std::string Rendezvous::describe_call(const Posted& posted, uint64_t call) const
          std::to_string(posted.count) + ")";
 }
 
+bool Rendezvous::spin_until_released(uint64_t generation) const {
+  // About the time a sleeping thread takes to wake: longer waits go to sleep.
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  do {
+    for (int i = 0; i < 64; ++i) {
+      if (generation_.load(std::memory_order_acquire) != generation) return true;
+    }
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
 void Rendezvous::arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int rank, uint64_t call,
-                                        const char* phase) {
+                                        const char* phase, const LastArrivalWork& last) {
   arrived_[rank] = 1;
-  if (++arrived_count_ == size_) {
+  if (arrived_count_ + 1 == size_) {
+    if (last) {
+      try {
+        last();
+      } catch (const std::exception& e) {
+        abort_locked(name_ + ": rank " + std::to_string(rank) + " failed completing " +
+                     describe_call(posted_[rank], call) + ": " + e.what());
+        lock.unlock();
+        wake_.notify_all();
+        throw;
+      }
+    }
     arrived_count_ = 0;
     std::fill(arrived_.begin(), arrived_.end(), 0);
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
     lock.unlock();
     wake_.notify_all();
     lock.lock();
     return;
   }
-  const uint64_t generation = generation_;
-  const auto released = [&] { return generation_ != generation || aborted_; };
+  ++arrived_count_;
+  const uint64_t generation = generation_.load(std::memory_order_relaxed);
+  const auto released = [&] { return generation_.load() != generation || aborted_; };
+  if (spin_) {
+    lock.unlock();
+    spin_until_released(generation);
+    lock.lock();
+  }
   if (watchdog_.count() == 0) {
     wake_.wait(lock, released);
   } else if (!wake_.wait_for(lock, watchdog_, released)) {
@@ -107,7 +137,7 @@ std::string Rendezvous::complete_publish_locked() {
   return {};
 }
 
-uint64_t Rendezvous::publish_and_wait(int rank, const Posted& posted) {
+uint64_t Rendezvous::publish_and_wait(int rank, const Posted& posted, const LastArrivalWork& last) {
   std::unique_lock lock(mutex_);
   if (aborted_) throw CommAborted(abort_reason_);
   const uint64_t call = next_call_;  // the call in progress until the last arrival completes it
@@ -125,14 +155,14 @@ uint64_t Rendezvous::publish_and_wait(int rank, const Posted& posted) {
       throw CommAborted(error);
     }
   }
-  arrive_and_wait_locked(lock, rank, call, "at the start of");
+  arrive_and_wait_locked(lock, rank, call, "at the start of", last);
   return current_call_;
 }
 
-void Rendezvous::finish_and_wait(int rank, uint64_t call) {
+void Rendezvous::finish_and_wait(int rank, uint64_t call, const LastArrivalWork& last) {
   std::unique_lock lock(mutex_);
   if (aborted_) throw CommAborted(abort_reason_);
-  arrive_and_wait_locked(lock, rank, call, "at the end of");
+  arrive_and_wait_locked(lock, rank, call, "at the end of", last);
 }
 
 }  // namespace bih

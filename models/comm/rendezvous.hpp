@@ -6,11 +6,18 @@
 // rank reads its peers' inputs. Barrier 2 holds every rank until all have read, so that no input
 // is overwritten while a peer still reads it.
 //
+// The last rank to arrive at either barrier may run work for the whole group before anyone is
+// released (the GPU group joins every rank's stream on one hub stream there: n event waits
+// instead of n * (n - 1)). Where the machine has a core for every rank, a waiting rank spins
+// briefly before it sleeps: an eager emulated step meets at a barrier some hundred times, and a
+// sleeping thread's wake-up costs tens of microseconds each time.
+//
 // A failure must not hang the peers: abort(why) wakes every waiting rank with CommAborted(why) and
 // every later call throws too. An optional watchdog aborts a barrier that waits too long, naming
 // the collective and the ranks that never arrived.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -51,10 +58,15 @@ class Rendezvous {
   Rendezvous(int size, std::chrono::milliseconds watchdog, std::string name,
              std::function<void(const Posted&)> on_complete = {});
 
-  // Barrier 1: post, record the arrival, wait for all. Returns the call's index.
-  uint64_t publish_and_wait(int rank, const Posted& posted);
+  // Work the last arrival at a barrier runs under the lock before it releases the others. If it
+  // throws, the group aborts with the reason (the peers wake with CommAborted) and it rethrows.
+  using LastArrivalWork = std::function<void()>;
+
+  // Barrier 1: post, record the arrival, wait for all. Returns the call's index. `last` runs
+  // after the call was validated (on_complete first).
+  uint64_t publish_and_wait(int rank, const Posted& posted, const LastArrivalWork& last = {});
   // Barrier 2: wait until every rank is done with the inputs of call `call`.
-  void finish_and_wait(int rank, uint64_t call);
+  void finish_and_wait(int rank, uint64_t call, const LastArrivalWork& last = {});
 
   // The first reason wins; safe from any thread.
   void abort(const std::string& why);
@@ -85,7 +97,9 @@ class Rendezvous {
 
  private:
   void arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int rank, uint64_t call,
-                              const char* phase);
+                              const char* phase, const LastArrivalWork& last);
+  // Without the lock: waits up to kSpin for generation_ to move on; true if it did.
+  bool spin_until_released(uint64_t generation) const;
   std::string complete_publish_locked();
   void abort_locked(const std::string& why);
   std::string describe_call(const Posted& posted, uint64_t call) const;
@@ -94,10 +108,13 @@ class Rendezvous {
   const std::chrono::milliseconds watchdog_;
   const std::string name_;
   const std::function<void(const Posted&)> on_complete_;
+  const bool spin_;  // a core for every rank: spin before sleeping
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  uint64_t generation_ = 0;  // a barrier wait ends when this moves on (or the group aborts)
+  // A barrier wait ends when this moves on (or the group aborts). Written under the lock; read
+  // without it only by a spinning rank, which takes the lock before it trusts anything else.
+  std::atomic<uint64_t> generation_{0};
   int arrived_count_ = 0;
   std::vector<char> arrived_;  // [size]: who is already waiting at the current barrier
   bool aborted_ = false;

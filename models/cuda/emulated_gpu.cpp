@@ -158,6 +158,12 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
       ring_order_(resolve_ring_order(size, std::move(ring_order))),
       device_(device),
       rendezvous_(size, watchdog, "emulated GPU comm") {
+  cudaCheck(cudaSetDevice(device));
+  cudaCheck(cudaStreamCreateWithFlags(&hub_.stream, cudaStreamNonBlocking));
+  cudaCheck(cudaEventCreateWithFlags(&hub_.inputs_ready, cudaEventDisableTiming));
+  cudaCheck(cudaEventCreateWithFlags(&hub_.reads_done, cudaEventDisableTiming));
+  join_inputs_ = [this] { join_on_hub(&EmulatedGpuRank::input_ready_); };
+  join_reads_ = [this] { join_on_hub(&EmulatedGpuRank::read_done_); };
   ranks_.reserve(size);
   for (int r = 0; r < size; ++r) {
     ranks_.push_back(std::unique_ptr<EmulatedGpuRank>(new EmulatedGpuRank(this, r)));
@@ -165,6 +171,16 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
 }
 
 EmulatedGpuGroup::~EmulatedGpuGroup() = default;
+
+EmulatedGpuGroup::Hub::~Hub() {
+  if (stream != nullptr) {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+  if (inputs_ready != nullptr) cudaEventDestroy(inputs_ready);
+  if (reads_done != nullptr) cudaEventDestroy(reads_done);
+  cudaGetLastError();
+}
 
 EmulatedGpuRank& EmulatedGpuGroup::rank(int r) {
   if (r < 0 || r >= size_) {
@@ -180,8 +196,36 @@ void EmulatedGpuGroup::abort(const std::string& why) { rendezvous_.abort(why); }
 
 bool EmulatedGpuGroup::aborted() const { return rendezvous_.aborted(); }
 
+void EmulatedGpuGroup::check_pointer(int rank, const void* p, size_t count, const char* what) {
+  // A start address once seen to be device memory of this GPU stays so (one unified address
+  // space): an eager step checks the same few buffers hundreds of times.
+  std::vector<const void*>& seen = ranks_[rank]->device_pointers_seen_;
+  if (std::find(seen.begin(), seen.end(), p) != seen.end()) return;
+  check_device_pointer(p, count, device_, rank, what);
+  if (count == 0) return;
+  if (seen.size() >= 64) seen.clear();
+  seen.push_back(p);
+}
+
+CUevent_st* EmulatedGpuGroup::hub_event(CUevent_st* EmulatedGpuRank::*which) const {
+  return which == &EmulatedGpuRank::input_ready_ ? hub_.inputs_ready : hub_.reads_done;
+}
+
+void EmulatedGpuGroup::join_on_hub(CUevent_st* EmulatedGpuRank::*which) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaCheck(cudaStreamIsCapturing(ranks_[0]->stream_, &capture));
+  hub_joined_ = capture == cudaStreamCaptureStatusNone;
+  if (!hub_joined_) return;
+  for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(hub_.stream, r.get()->*which, 0));
+  cudaCheck(cudaEventRecord(hub_event(which), hub_.stream));
+}
+
 void EmulatedGpuGroup::wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which) {
   cudaStream_t stream = ranks_[rank]->stream_;
+  if (hub_joined_) {
+    cudaCheck(cudaStreamWaitEvent(stream, hub_event(which), 0));
+    return;
+  }
   for (int q = 0; q < size_; ++q) {
     if (q != rank) cudaCheck(cudaStreamWaitEvent(stream, ranks_[q].get()->*which, 0));
   }
@@ -193,8 +237,8 @@ void EmulatedGpuGroup::single_rank_copy(const bf16* in, bf16* out, size_t count)
   me.last_arrival_order_ = {0};
   if (count == 0 || in == out) return;
   cudaCheck(cudaSetDevice(device_));
-  check_device_pointer(in, count, device_, 0, "an input");
-  check_device_pointer(out, count, device_, 0, "an output");
+  check_pointer(0, in, count, "an input");
+  check_pointer(0, out, count, "an output");
   cudaCheck(cudaMemcpyAsync(out, in, count * sizeof(bf16), cudaMemcpyDeviceToDevice, me.stream_));
 }
 
@@ -203,12 +247,13 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
   EmulatedGpuRank& me = *ranks_[rank];
   rendezvous_.run_or_abort(rank, "all_reduce", [&] {
     cudaCheck(cudaSetDevice(device_));
-    check_device_pointer(data, count, device_, rank, "all_reduce data");
+    check_pointer(rank, data, count, "all_reduce data");
     me.reserve_scratch(count);
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
   if (orders_.all_reduce == ReduceOrder::arrival) Rendezvous::sleep_before_arrival();
-  const uint64_t call = rendezvous_.publish_and_wait(rank, {CollectiveOp::all_reduce, data, count});
+  const uint64_t call =
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::all_reduce, data, count}, join_inputs_);
   rendezvous_.run_or_abort(rank, "all_reduce", [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
@@ -229,7 +274,7 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
     }
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call, join_reads_);
   rendezvous_.run_or_abort(rank, "all_reduce", [&] {
     // `data` is every peer's input too: overwrite it only after all of them have read it.
     wait_for_peers(rank, &EmulatedGpuRank::read_done_);
@@ -244,13 +289,13 @@ void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_
   EmulatedGpuRank& me = *ranks_[rank];
   rendezvous_.run_or_abort(rank, "reduce_scatter", [&] {
     cudaCheck(cudaSetDevice(device_));
-    check_device_pointer(in, count * size_, device_, rank, "a reduce_scatter input");
-    check_device_pointer(out, count, device_, rank, "a reduce_scatter output");
+    check_pointer(rank, in, count * size_, "a reduce_scatter input");
+    check_pointer(rank, out, count, "a reduce_scatter output");
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
   if (orders_.reduce_scatter == ReduceOrder::arrival) Rendezvous::sleep_before_arrival();
   const uint64_t call =
-      rendezvous_.publish_and_wait(rank, {CollectiveOp::reduce_scatter, in, count});
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::reduce_scatter, in, count}, join_inputs_);
   rendezvous_.run_or_abort(rank, "reduce_scatter", [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
@@ -266,7 +311,7 @@ void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_
     detail::launch_chain_sum(args, me.stream_);
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call, join_reads_);
   // Peers' later work on their streams may overwrite their inputs only after this rank read them,
   // and vice versa.
   rendezvous_.run_or_abort(rank, "reduce_scatter",
@@ -278,24 +323,25 @@ void EmulatedGpuGroup::all_gather(int rank, const bf16* in, bf16* out, size_t co
   EmulatedGpuRank& me = *ranks_[rank];
   rendezvous_.run_or_abort(rank, "all_gather", [&] {
     cudaCheck(cudaSetDevice(device_));
-    check_device_pointer(in, count, device_, rank, "an all_gather input");
-    check_device_pointer(out, count * size_, device_, rank, "an all_gather output");
+    check_pointer(rank, in, count, "an all_gather input");
+    check_pointer(rank, out, count * size_, "an all_gather output");
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
-  const uint64_t call = rendezvous_.publish_and_wait(rank, {CollectiveOp::all_gather, in, count});
+  const uint64_t call =
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::all_gather, in, count}, join_inputs_);
   rendezvous_.run_or_abort(rank, "all_gather", [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
-    for (int q = 0; q < size_ && count > 0; ++q) {
-      bf16* block = out + static_cast<size_t>(q) * count;
-      // In place (in == out + rank*count) the own block is already there.
-      if (rendezvous_.inputs()[q] == block) continue;
-      cudaCheck(cudaMemcpyAsync(block, rendezvous_.inputs()[q], count * sizeof(bf16),
-                                cudaMemcpyDeviceToDevice, me.stream_));
-    }
+    // In place (in == out + rank*count) the own block is already there: the kernel skips it.
+    detail::GatherArgs args;
+    for (int q = 0; q < size_; ++q) args.inputs[q] = bits_of(rendezvous_.inputs()[q]);
+    args.ranks = size_;
+    args.count = count;
+    args.out = bits_of(out);
+    detail::launch_gather(args, me.stream_);
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call, join_reads_);
   rendezvous_.run_or_abort(rank, "all_gather",
                            [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
@@ -322,8 +368,8 @@ void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char
   };
   auto check_pointers = [&] {
     cudaCheck(cudaSetDevice(device_));
-    check_device_pointer(in, in_count, device_, rank, "a tree collective's fp32 input");
-    check_device_pointer(out, count, device_, rank, "a tree collective's output");
+    check_pointer(rank, in, in_count, "a tree collective's fp32 input");
+    check_pointer(rank, out, count, "a tree collective's output");
   };
   if (size_ == 1) {
     rendezvous_.throw_if_aborted();
@@ -336,14 +382,14 @@ void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char
     check_pointers();
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
-  const uint64_t call = rendezvous_.publish_and_wait(rank, {op, nullptr, count, in});
+  const uint64_t call = rendezvous_.publish_and_wait(rank, {op, nullptr, count, in}, join_inputs_);
   rendezvous_.run_or_abort(rank, name, [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
     launch(rendezvous_.inputs_f32());
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call, join_reads_);
   rendezvous_.run_or_abort(rank, name, [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
 

@@ -1,5 +1,5 @@
-// emulated_gpu.cu: the sum kernels of the GPU communicators (emulated_gpu_kernels.hpp): the
-// emulated order models' chain sum and kernels tp_invariant's fp32 tree.
+// emulated_gpu.cu: the kernels of the GPU communicators (emulated_gpu_kernels.hpp): the
+// emulated order models' chain sum, the emulated all_gather, and kernels tp_invariant's fp32 tree.
 #include <cstdint>
 
 #include "models/cuda/bf16_bits.cuh"
@@ -44,6 +44,20 @@ __global__ void tree_f32_sum_kernel(const TreeF32SumArgs args) {
   }
 }
 
+// blockIdx.y is the source rank; Word is uint4 when every block is 16-byte aligned, else uint16_t.
+template <class Word>
+__global__ void gather_kernel(const GatherArgs args, size_t words) {
+  const int q = blockIdx.y;
+  const Word* in = reinterpret_cast<const Word*>(args.inputs[q]);
+  Word* out = reinterpret_cast<Word*>(args.out + static_cast<size_t>(q) * args.count);
+  if (static_cast<const void*>(in) == static_cast<const void*>(out)) return;  // in place
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < words;
+       i += stride) {
+    out[i] = in[i];
+  }
+}
+
 unsigned grid_for(size_t count, int threads) {
   constexpr size_t kMaxBlocks = 4096;  // grid-stride beyond: plenty for one GPU's SMs
   const size_t blocks_needed = (count + threads - 1) / threads;
@@ -56,6 +70,24 @@ void launch_tree_f32_sum(const TreeF32SumArgs& args, cudaStream_t stream) {
   if (args.count == 0) return;
   constexpr int kThreads = 256;
   tree_f32_sum_kernel<<<grid_for(args.count, kThreads), kThreads, 0, stream>>>(args);
+  cudaCheck(cudaGetLastError());
+}
+
+void launch_gather(const GatherArgs& args, cudaStream_t stream) {
+  if (args.count == 0 || args.ranks == 0) return;
+  constexpr int kThreads = 256;
+  constexpr size_t kWord = sizeof(uint4) / sizeof(uint16_t);  // elements per 16-byte word
+  bool aligned = args.count % kWord == 0 && reinterpret_cast<uintptr_t>(args.out) % 16 == 0;
+  for (int q = 0; q < args.ranks; ++q) {
+    aligned = aligned && reinterpret_cast<uintptr_t>(args.inputs[q]) % 16 == 0;
+  }
+  const size_t words = aligned ? args.count / kWord : args.count;
+  const dim3 grid(grid_for(words, kThreads), static_cast<unsigned>(args.ranks));
+  if (aligned) {
+    gather_kernel<uint4><<<grid, kThreads, 0, stream>>>(args, words);
+  } else {
+    gather_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(args, words);
+  }
   cudaCheck(cudaGetLastError());
 }
 

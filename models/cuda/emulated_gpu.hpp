@@ -13,6 +13,10 @@
 // host barrier 2; make my stream wait for every peer's "I have read", so that nothing later on my
 // stream overwrites a buffer a peer still reads. all_reduce sums into a per-rank scratch and
 // copies it into `data` after that second wait, since `data` is also every peer's input.
+// Eagerly, the last rank to arrive at each barrier joins every rank's event on the group's hub
+// stream and each rank waits for the hub's one event: 2n stream operations per barrier instead
+// of n * (n - 1), which at TP=8 were most of an eager step's API calls. While the streams are
+// being captured into a graph the ranks wait for each other directly: there the waits are edges.
 //
 // The host picks each element's chain with the pure functions of reduce_order.hpp; the device
 // only adds (emulated_gpu_kernels.hpp). Results are bitwise the CPU EmulatedGroup's for every
@@ -84,6 +88,7 @@ class EmulatedGpuRank final : public Communicator {
   bf16* scratch_ = nullptr;  // [scratch_capacity_] device: all_reduce result before the copy
   size_t scratch_capacity_ = 0;
   std::vector<int> last_arrival_order_;
+  std::vector<const void*> device_pointers_seen_;  // start addresses check_pointer passed
 };
 
 class EmulatedGpuGroup {
@@ -126,13 +131,33 @@ class EmulatedGpuGroup {
   // A group of one: checks for abort, then copies in -> out on the rank's stream if they differ.
   void single_rank_copy(const bf16* in, bf16* out, size_t count);
 
-  // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_).
+  // check_device_pointer, remembering the start addresses that passed (at most 64 per rank).
+  void check_pointer(int rank, const void* p, size_t count, const char* what);
+  // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_):
+  // through the hub when the last arrival joined them there (join_on_hub), else one by one.
   void wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which);
+  // Runs as the last arrival's work at a barrier: unless the streams are capturing, the hub
+  // stream waits for event `which` of every rank and records its own event for them.
+  void join_on_hub(CUevent_st* EmulatedGpuRank::*which);
+  // Every rank's input ready / every rank's reads done, for join_on_hub to hand back.
+  CUevent_st* hub_event(CUevent_st* EmulatedGpuRank::*which) const;
 
   const int size_;
   const CollectiveOrders orders_;
   const std::vector<int> ring_order_;
   const int device_;
+  // The hub (declared before ranks_: freed after the ranks' streams are drained): its stream and
+  // one event per barrier. hub_joined_ is written by the last arrival under the rendezvous lock
+  // and read by every rank after the barrier released it.
+  struct Hub {
+    CUstream_st* stream = nullptr;
+    CUevent_st* inputs_ready = nullptr;
+    CUevent_st* reads_done = nullptr;
+    ~Hub();
+  };
+  Hub hub_;
+  bool hub_joined_ = false;
+  Rendezvous::LastArrivalWork join_inputs_, join_reads_;  // join_on_hub of either event
   std::vector<std::unique_ptr<EmulatedGpuRank>> ranks_;
   // The barriers, abort and watchdog (rendezvous.hpp); its inputs() are device pointers here.
   Rendezvous rendezvous_;

@@ -1,4 +1,4 @@
-// emulated_gpu_kernels.hpp: the one device kernel of the emulated GPU communicator.
+// emulated_gpu_kernels.hpp: the device kernels of the emulated GPU communicator.
 //
 // Internal to emulated_gpu.cpp and emulated_gpu.cu (plain C++17, as nvcc compiles .cu files). The
 // host decides every summation order with the pure models of models/comm/reduce_order.hpp and
@@ -31,6 +31,19 @@ struct ChainSumArgs {
 
 // Enqueues the sum on `stream`; throws std::runtime_error (file:line) if the launch fails.
 void launch_chain_sum(const ChainSumArgs& args, cudaStream_t stream);
+
+// all_gather on one rank in one launch: out[q * count + i] = inputs[q][i] for every rank q (a
+// block whose input already is out + q * count is left alone). A copy moves bit patterns, so the
+// result is the n copies' bit for bit; one launch instead of n keeps an emulated rank's
+// collective one graph node and one API call (n copies per rank made all_gather the largest
+// share of an eager TP=8 step's launches).
+struct GatherArgs {
+  const uint16_t* inputs[kMaxChainLength] = {};  // [ranks] device pointers, bf16 bit patterns
+  int ranks = 0;
+  size_t count = 0;         // elements per rank
+  uint16_t* out = nullptr;  // [ranks * count] device
+};
+void launch_gather(const GatherArgs& args, cudaStream_t stream);
 
 // kernels tp_invariant's collectives (Communicator::*_tree_f32), shared by the emulated and the
 // NCCL communicator: out[i] = bf16(pairwise_tree_sum over r in rank order of

@@ -72,8 +72,9 @@ std::vector<std::vector<int>> ring_orders_for(int n) {
 struct Case {
   size_t count = 0;
   std::vector<std::vector<bf16>> ar_in, rs_in, ag_in;  // [rank][count], [rank][n*count], [count]
-  // [rank]: all_reduce result, reduce_scatter out of place and in place, all_gather result
-  std::vector<std::vector<bf16>> ar_out, rs_out, rs_in_place_out, ag_out;
+  // [rank]: all_reduce result, reduce_scatter out of place and in place, all_gather out of place
+  // and in place
+  std::vector<std::vector<bf16>> ar_out, rs_out, rs_in_place_out, ag_out, ag_in_place_out;
 };
 
 std::vector<Case> make_cases(int n, const std::vector<size_t>& counts) {
@@ -87,7 +88,9 @@ std::vector<Case> make_cases(int n, const std::vector<size_t>& counts) {
       c.rs_in.push_back(random_bf16(c.count * n, seed + 2));
       c.ag_in.push_back(random_bf16(c.count, seed + 3));
     }
-    for (auto* out : {&c.ar_out, &c.rs_out, &c.rs_in_place_out, &c.ag_out}) out->resize(n);
+    for (auto* out : {&c.ar_out, &c.rs_out, &c.rs_in_place_out, &c.ag_out, &c.ag_in_place_out}) {
+      out->resize(n);
+    }
     cases.push_back(std::move(c));
   }
   return cases;
@@ -100,8 +103,9 @@ void run_on_gpu(EmulatedGpuGroup& group, std::vector<Case>& cases) {
   const auto failures = run_ranks(group, [&](EmulatedGpuRank& comm, int r) {
     for (Case& c : cases) {
       DeviceBf16Buffer ar(c.count), rs_in(c.count * n), rs_out(c.count), rs_in_place(c.count * n),
-          ag_in(c.count), ag_out(c.count * n);
+          ag_in(c.count), ag_out(c.count * n), ag_in_place(c.count * n);
       ar.upload(c.ar_in[r], comm.stream());
+      ag_in_place.upload(c.ag_in[r], comm.stream(), static_cast<size_t>(r) * c.count);
       rs_in.upload(c.rs_in[r], comm.stream());
       rs_in_place.upload(c.rs_in[r], comm.stream());
       ag_in.upload(c.ag_in[r], comm.stream());
@@ -110,10 +114,13 @@ void run_on_gpu(EmulatedGpuGroup& group, std::vector<Case>& cases) {
       bf16* own_block = rs_in_place.data() + static_cast<size_t>(r) * c.count;
       comm.reduce_scatter(rs_in_place.data(), own_block, c.count);
       comm.all_gather(ag_in.data(), ag_out.data(), c.count);
+      comm.all_gather(ag_in_place.data() + static_cast<size_t>(r) * c.count, ag_in_place.data(),
+                      c.count);
       c.ar_out[r] = ar.download(comm.stream());
       c.rs_out[r] = rs_out.download(comm.stream());
       c.rs_in_place_out[r] = rs_in_place.download(comm.stream(), r * c.count, c.count);
       c.ag_out[r] = ag_out.download(comm.stream());
+      c.ag_in_place_out[r] = ag_in_place.download(comm.stream());
     }
   });
   for (int r = 0; r < n; ++r) ASSERT_EQ(failures[r], "") << "GPU rank " << r;
@@ -150,7 +157,8 @@ TEST(EmulatedGpuCommTest, BitwiseEqualToTheCpuEmulationForEveryDeterministicOrde
   BIH_SKIP_WITHOUT_GPU();
   int compared_groups = 0;
   for (int n : {1, 2, 3, 4, 8}) {
-    const std::vector<size_t> counts{1, 7, static_cast<size_t>(n) * 33,
+    // 64 * n: the gather's 16-byte path (the odd counts take its element path).
+    const std::vector<size_t> counts{1, 7, static_cast<size_t>(n) * 33, 64 * static_cast<size_t>(n),
                                      4096 * static_cast<size_t>(n) + 5};
     for (ReduceOrder order : {ReduceOrder::ring, ReduceOrder::tree, ReduceOrder::fixed}) {
       for (const std::vector<int>& ring : ring_orders_for(n)) {
@@ -190,6 +198,8 @@ TEST(EmulatedGpuCommTest, BitwiseEqualToTheCpuEmulationForEveryDeterministicOrde
                 << at << " all_gather rank " << r << " vs CPU group";
             EXPECT_EQ(first_difference(c.ag_out[r], ag_model), -1)
                 << at << " all_gather rank " << r << " vs concatenation";
+            EXPECT_EQ(first_difference(c.ag_in_place_out[r], ag_model), -1)
+                << at << " in-place all_gather rank " << r << " vs concatenation";
           }
         }
         ++compared_groups;
