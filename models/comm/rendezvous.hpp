@@ -7,9 +7,8 @@
 // is overwritten while a peer still reads it.
 //
 // The last rank to arrive at either barrier may run work for the whole group before anyone is
-// released. The GPU group's eager collectives use that to meet once: the last arrival at
-// barrier 1 enqueues the whole collective for every rank on one hub stream, and nobody reads a
-// peer's input after the release, so barrier 2 is not called. Where the machine has a core for every rank, a waiting rank spins
+// released (the GPU group joins every rank's stream on one hub stream there: n event waits
+// instead of n * (n - 1)). Where the machine has a core for every rank, a waiting rank spins
 // briefly before it sleeps: an eager emulated step meets at a barrier some hundred times, and a
 // sleeping thread's wake-up costs tens of microseconds each time.
 //

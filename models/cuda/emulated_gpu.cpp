@@ -160,7 +160,10 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
       rendezvous_(size, watchdog, "emulated GPU comm") {
   cudaCheck(cudaSetDevice(device));
   cudaCheck(cudaStreamCreateWithFlags(&hub_.stream, cudaStreamNonBlocking));
-  cudaCheck(cudaEventCreateWithFlags(&hub_.done, cudaEventDisableTiming));
+  cudaCheck(cudaEventCreateWithFlags(&hub_.inputs_ready, cudaEventDisableTiming));
+  cudaCheck(cudaEventCreateWithFlags(&hub_.reads_done, cudaEventDisableTiming));
+  join_inputs_ = [this] { join_on_hub(&EmulatedGpuRank::input_ready_); };
+  join_reads_ = [this] { join_on_hub(&EmulatedGpuRank::read_done_); };
   ranks_.reserve(size);
   for (int r = 0; r < size; ++r) {
     ranks_.push_back(std::unique_ptr<EmulatedGpuRank>(new EmulatedGpuRank(this, r)));
@@ -172,11 +175,10 @@ EmulatedGpuGroup::~EmulatedGpuGroup() = default;
 EmulatedGpuGroup::Hub::~Hub() {
   if (stream != nullptr) {
     cudaStreamSynchronize(stream);
-    if (scratch != nullptr) cudaFreeAsync(scratch, stream);
-    cudaStreamSynchronize(stream);
     cudaStreamDestroy(stream);
   }
-  if (done != nullptr) cudaEventDestroy(done);
+  if (inputs_ready != nullptr) cudaEventDestroy(inputs_ready);
+  if (reads_done != nullptr) cudaEventDestroy(reads_done);
   cudaGetLastError();
 }
 
@@ -205,97 +207,28 @@ void EmulatedGpuGroup::check_pointer(int rank, const void* p, size_t count, cons
   seen.push_back(p);
 }
 
+CUevent_st* EmulatedGpuGroup::hub_event(CUevent_st* EmulatedGpuRank::*which) const {
+  return which == &EmulatedGpuRank::input_ready_ ? hub_.inputs_ready : hub_.reads_done;
+}
+
+void EmulatedGpuGroup::join_on_hub(CUevent_st* EmulatedGpuRank::*which) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaCheck(cudaStreamIsCapturing(ranks_[0]->stream_, &capture));
+  hub_joined_ = capture == cudaStreamCaptureStatusNone;
+  if (!hub_joined_) return;
+  for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(hub_.stream, r.get()->*which, 0));
+  cudaCheck(cudaEventRecord(hub_event(which), hub_.stream));
+}
+
 void EmulatedGpuGroup::wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which) {
   cudaStream_t stream = ranks_[rank]->stream_;
+  if (hub_joined_) {
+    cudaCheck(cudaStreamWaitEvent(stream, hub_event(which), 0));
+    return;
+  }
   for (int q = 0; q < size_; ++q) {
     if (q != rank) cudaCheck(cudaStreamWaitEvent(stream, ranks_[q].get()->*which, 0));
   }
-}
-
-bool EmulatedGpuGroup::meet(int rank, const Rendezvous::Posted& posted, void* out, uint64_t& call) {
-  ranks_[rank]->pending_out_ = out;
-  call = rendezvous_.publish_and_wait(rank, posted, [this, op = posted.op, count = posted.count] {
-    hub_ran_ = run_on_hub(op, count);
-  });
-  return hub_ran_;
-}
-
-bool EmulatedGpuGroup::run_on_hub(CollectiveOp op, size_t count) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cudaCheck(cudaStreamIsCapturing(ranks_[0]->stream_, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return false;
-  const std::vector<int>& arrival = rendezvous_.arrival_order();
-  for (const auto& r : ranks_) {
-    r->last_arrival_order_ = arrival;
-    cudaCheck(cudaStreamWaitEvent(hub_.stream, r->input_ready_, 0));
-  }
-  const std::vector<const bf16*>& inputs = rendezvous_.inputs();
-  auto out_of = [&](int q) { return static_cast<bf16*>(ranks_[q]->pending_out_); };
-  if (count > 0 && op == CollectiveOp::all_reduce) {
-    // Every rank's sum is the same (the chain does not depend on the rank): sum once, copy n times.
-    if (count > hub_.scratch_capacity) {
-      const size_t capacity = std::max(count, 2 * hub_.scratch_capacity);
-      if (hub_.scratch != nullptr) cudaCheck(cudaFreeAsync(hub_.scratch, hub_.stream));
-      hub_.scratch = nullptr;
-      hub_.scratch_capacity = 0;
-      void* p = nullptr;
-      cudaCheck(cudaMallocAsync(&p, capacity * sizeof(bf16), hub_.stream));
-      hub_.scratch = static_cast<bf16*>(p);
-      hub_.scratch_capacity = capacity;
-    }
-    const RankSequences sequences{.ring = ring_order_, .arrival = arrival};
-    const size_t segment =
-        orders_.all_reduce == ReduceOrder::ring ? ring_chunk_size(count, size_) : count;
-    for (size_t begin = 0; begin < count; begin += segment) {
-      const std::vector<int> chain =
-          all_reduce_chain(orders_.all_reduce, size_, count, begin, sequences);
-      detail::ChainSumArgs args = chain_sum_args(orders_.all_reduce, inputs, chain);
-      args.input_offset = begin;
-      args.count = std::min(segment, count - begin);
-      args.out = bits_of(hub_.scratch + begin);
-      detail::launch_chain_sum(args, hub_.stream);
-    }
-    for (int q = 0; q < size_; ++q) {
-      cudaCheck(cudaMemcpyAsync(out_of(q), hub_.scratch, count * sizeof(bf16),
-                                cudaMemcpyDeviceToDevice, hub_.stream));
-    }
-  } else if (count > 0 && op == CollectiveOp::reduce_scatter) {
-    // Sum q reads only block q of the inputs and writes rank q's output, which may be that
-    // block of rank q's input (in place): the sums may follow each other in any order.
-    for (int q = 0; q < size_; ++q) {
-      const std::vector<int> chain = reduce_scatter_chain(
-          orders_.reduce_scatter, size_, q, RankSequences{.ring = ring_order_, .arrival = arrival});
-      detail::ChainSumArgs args = chain_sum_args(orders_.reduce_scatter, inputs, chain);
-      args.input_offset = static_cast<size_t>(q) * count;
-      args.count = count;
-      args.out = bits_of(out_of(q));
-      detail::launch_chain_sum(args, hub_.stream);
-    }
-  } else if (count > 0 && op == CollectiveOp::all_gather) {
-    // In place each input is its own rank's block of its own output, which no gather writes.
-    for (int q = 0; q < size_; ++q) {
-      detail::GatherArgs args;
-      for (int r = 0; r < size_; ++r) args.inputs[r] = bits_of(inputs[r]);
-      args.ranks = size_;
-      args.count = count;
-      args.out = bits_of(out_of(q));
-      detail::launch_gather(args, hub_.stream);
-    }
-  } else if (count > 0) {  // the fp32 tree collectives
-    const std::vector<const float*>& inputs_f32 = rendezvous_.inputs_f32();
-    for (int q = 0; q < size_; ++q) {
-      detail::TreeF32SumArgs args;
-      std::copy(inputs_f32.begin(), inputs_f32.end(), args.inputs);
-      args.ranks = size_;
-      args.input_offset = op == CollectiveOp::all_reduce_f32 ? 0 : static_cast<size_t>(q) * count;
-      args.count = count;
-      args.out = bits_of(out_of(q));
-      detail::launch_tree_f32_sum(args, hub_.stream);
-    }
-  }
-  cudaCheck(cudaEventRecord(hub_.done, hub_.stream));
-  for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(r->stream_, hub_.done, 0));
-  return true;
 }
 
 void EmulatedGpuGroup::single_rank_copy(const bf16* in, bf16* out, size_t count) {
@@ -315,12 +248,12 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
   rendezvous_.run_or_abort(rank, "all_reduce", [&] {
     cudaCheck(cudaSetDevice(device_));
     check_pointer(rank, data, count, "all_reduce data");
-    me.reserve_scratch(count);  // for the captured path: no allocation inside a capture
+    me.reserve_scratch(count);
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
   if (orders_.all_reduce == ReduceOrder::arrival) Rendezvous::sleep_before_arrival();
-  uint64_t call = 0;
-  if (meet(rank, {CollectiveOp::all_reduce, data, count}, data, call)) return;
+  const uint64_t call =
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::all_reduce, data, count}, join_inputs_);
   rendezvous_.run_or_abort(rank, "all_reduce", [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
@@ -341,7 +274,7 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
     }
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call, join_reads_);
   rendezvous_.run_or_abort(rank, "all_reduce", [&] {
     // `data` is every peer's input too: overwrite it only after all of them have read it.
     wait_for_peers(rank, &EmulatedGpuRank::read_done_);
@@ -361,8 +294,8 @@ void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
   if (orders_.reduce_scatter == ReduceOrder::arrival) Rendezvous::sleep_before_arrival();
-  uint64_t call = 0;
-  if (meet(rank, {CollectiveOp::reduce_scatter, in, count}, out, call)) return;
+  const uint64_t call =
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::reduce_scatter, in, count}, join_inputs_);
   rendezvous_.run_or_abort(rank, "reduce_scatter", [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
@@ -378,7 +311,7 @@ void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_
     detail::launch_chain_sum(args, me.stream_);
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call, join_reads_);
   // Peers' later work on their streams may overwrite their inputs only after this rank read them,
   // and vice versa.
   rendezvous_.run_or_abort(rank, "reduce_scatter",
@@ -394,8 +327,8 @@ void EmulatedGpuGroup::all_gather(int rank, const bf16* in, bf16* out, size_t co
     check_pointer(rank, out, count * size_, "an all_gather output");
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
-  uint64_t call = 0;
-  if (meet(rank, {CollectiveOp::all_gather, in, count}, out, call)) return;
+  const uint64_t call =
+      rendezvous_.publish_and_wait(rank, {CollectiveOp::all_gather, in, count}, join_inputs_);
   rendezvous_.run_or_abort(rank, "all_gather", [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
@@ -408,7 +341,7 @@ void EmulatedGpuGroup::all_gather(int rank, const bf16* in, bf16* out, size_t co
     detail::launch_gather(args, me.stream_);
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call, join_reads_);
   rendezvous_.run_or_abort(rank, "all_gather",
                            [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
@@ -422,6 +355,10 @@ void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char
   const size_t in_count = op == CollectiveOp::all_reduce_f32 ? count : count * size_;
   auto launch = [&](const std::vector<const float*>& inputs) {
     detail::TreeF32SumArgs args;
+    if (!tp_invariant_tp_ok(size_)) {
+      throw std::invalid_argument(std::string("emulated GPU comm: ") + name + " needs 1, 2, 4 or " +
+                                  "8 ranks (the chunk tree), not " + std::to_string(size_));
+    }
     std::copy(inputs.begin(), inputs.end(), args.inputs);
     args.ranks = size_;
     args.input_offset = offset;
@@ -430,10 +367,6 @@ void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char
     detail::launch_tree_f32_sum(args, me.stream_);
   };
   auto check_pointers = [&] {
-    if (!tp_invariant_tp_ok(size_)) {
-      throw std::invalid_argument(std::string("emulated GPU comm: ") + name + " needs 1, 2, 4 or " +
-                                  "8 ranks (the chunk tree), not " + std::to_string(size_));
-    }
     cudaCheck(cudaSetDevice(device_));
     check_pointer(rank, in, in_count, "a tree collective's fp32 input");
     check_pointer(rank, out, count, "a tree collective's output");
@@ -449,15 +382,14 @@ void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char
     check_pointers();
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
-  uint64_t call = 0;
-  if (meet(rank, {op, nullptr, count, in}, out, call)) return;
+  const uint64_t call = rendezvous_.publish_and_wait(rank, {op, nullptr, count, in}, join_inputs_);
   rendezvous_.run_or_abort(rank, name, [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
     launch(rendezvous_.inputs_f32());
     cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call);
+  rendezvous_.finish_and_wait(rank, call, join_reads_);
   rendezvous_.run_or_abort(rank, name, [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
 

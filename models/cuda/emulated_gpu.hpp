@@ -7,21 +7,16 @@
 // everything enqueued there before (so a rank's kernels and collectives simply follow each other
 // on its stream), and later work on that stream sees the result.
 //
-// Eagerly a collective is one host barrier. Each rank records "my input is ready" on its stream
-// and arrives at the barrier (where the arrival order is recorded); the last rank to arrive then
-// enqueues the whole collective for the group on the hub stream before it releases anyone: the
-// hub waits for every rank's "input ready", runs every rank's sum or gather (an all_reduce's sum
-// once, since every rank's result is the same, copied into each rank's `data`), records "done",
-// and each rank's stream waits for it. Nothing a rank enqueues later can run before the hub has
-// read its input and written its output, so no second barrier is needed. At TP=8 that is about
-// 3n + 3 stream operations per collective where one per rank per peer used to be, and one host
-// wake-up instead of two.
-// While the streams are being captured into a graph the ranks do their own part instead (the
-// waits there are the graph's edges): record; barrier 1; wait for every peer's "input ready";
-// launch the sum (or the gather) that reads every rank's buffer and writes my output; record
-// "I have read"; barrier 2; wait for every peer's "I have read", so that nothing later on my
+// A collective is, per rank: record "my input is ready" on my stream; host barrier 1 (where the
+// arrival order is recorded); make my stream wait for every peer's "input ready"; launch the sum
+// (or the copies) that reads every rank's buffer and writes my output; record "I have read";
+// host barrier 2; make my stream wait for every peer's "I have read", so that nothing later on my
 // stream overwrites a buffer a peer still reads. all_reduce sums into a per-rank scratch and
 // copies it into `data` after that second wait, since `data` is also every peer's input.
+// Eagerly, the last rank to arrive at each barrier joins every rank's event on the group's hub
+// stream and each rank waits for the hub's one event: 2n stream operations per barrier instead
+// of n * (n - 1), which at TP=8 were most of an eager step's API calls. While the streams are
+// being captured into a graph the ranks wait for each other directly: there the waits are edges.
 //
 // The host picks each element's chain with the pure functions of reduce_order.hpp; the device
 // only adds (emulated_gpu_kernels.hpp). Results are bitwise the CPU EmulatedGroup's for every
@@ -92,8 +87,6 @@ class EmulatedGpuRank final : public Communicator {
   CUevent_st* read_done_ = nullptr;    // recorded once this rank's reads of its peers are enqueued
   bf16* scratch_ = nullptr;  // [scratch_capacity_] device: all_reduce result before the copy
   size_t scratch_capacity_ = 0;
-  // This call's output (data for all_reduce), set before barrier 1 for the hub's work.
-  void* pending_out_ = nullptr;
   std::vector<int> last_arrival_order_;
   std::vector<const void*> device_pointers_seen_;  // start addresses check_pointer passed
 };
@@ -140,33 +133,31 @@ class EmulatedGpuGroup {
 
   // check_device_pointer, remembering the start addresses that passed (at most 64 per rank).
   void check_pointer(int rank, const void* p, size_t count, const char* what);
-  // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_),
-  // one by one: the captured path's edges.
+  // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_):
+  // through the hub when the last arrival joined them there (join_on_hub), else one by one.
   void wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which);
-  // The last arrival's work at barrier 1: unless the streams are capturing, enqueues collective
-  // `op` of `count` for every rank on the hub (see the top of this file) and returns true; under
-  // capture does nothing and returns false, and the ranks do their own parts.
-  bool run_on_hub(CollectiveOp op, size_t count);
-  // The eager path's barrier 1, or the captured path's: true when the hub did the collective.
-  bool meet(int rank, const Rendezvous::Posted& posted, void* out, uint64_t& call);
+  // Runs as the last arrival's work at a barrier: unless the streams are capturing, the hub
+  // stream waits for event `which` of every rank and records its own event for them.
+  void join_on_hub(CUevent_st* EmulatedGpuRank::*which);
+  // Every rank's input ready / every rank's reads done, for join_on_hub to hand back.
+  CUevent_st* hub_event(CUevent_st* EmulatedGpuRank::*which) const;
 
   const int size_;
   const CollectiveOrders orders_;
   const std::vector<int> ring_order_;
   const int device_;
-  // The hub (declared before ranks_: freed after the ranks' streams are drained): its stream,
-  // its "done" event and the all_reduce sum's scratch. hub_ran_ is written by the last arrival
-  // under the rendezvous lock and read by every rank after the barrier released it (the next
-  // write waits for every rank to arrive again).
+  // The hub (declared before ranks_: freed after the ranks' streams are drained): its stream and
+  // one event per barrier. hub_joined_ is written by the last arrival under the rendezvous lock
+  // and read by every rank after the barrier released it.
   struct Hub {
     CUstream_st* stream = nullptr;
-    CUevent_st* done = nullptr;
-    bf16* scratch = nullptr;  // [scratch_capacity] device
-    size_t scratch_capacity = 0;
+    CUevent_st* inputs_ready = nullptr;
+    CUevent_st* reads_done = nullptr;
     ~Hub();
   };
   Hub hub_;
-  bool hub_ran_ = false;
+  bool hub_joined_ = false;
+  Rendezvous::LastArrivalWork join_inputs_, join_reads_;  // join_on_hub of either event
   std::vector<std::unique_ptr<EmulatedGpuRank>> ranks_;
   // The barriers, abort and watchdog (rendezvous.hpp); its inputs() are device pointers here.
   Rendezvous rendezvous_;
