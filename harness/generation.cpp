@@ -266,6 +266,7 @@ nlohmann::json to_json(const Generation& g) {
               {"sequences", std::move(sequences)}};
   // Only an engine that sends requests has them.
   if (g.max_in_flight > 0) out["requests_in_flight"] = g.max_in_flight;
+  if (g.solo_lanes > 1) out["solo_lanes"] = g.solo_lanes;
   if (!g.scores.empty()) out["scores"] = g.scores;
   return out;
 }
@@ -274,7 +275,7 @@ Generation generation_from_json(const nlohmann::json& j, const std::string& file
   ObjectReader r(
       j, file, "",
       {"schema", "label", "batch_size", "repeat", "fresh_process", "scenario_id", "wall_s", "steps",
-       "tokens_processed", "requests_in_flight", "scores", "sequences"});
+       "tokens_processed", "requests_in_flight", "solo_lanes", "scores", "sequences"});
   if (r.has("schema") && r.get_string("schema", "") != kGenerationSchema) {
     r.fail(r.at("schema"),
            std::string("expected \"") + kGenerationSchema + "\", found " + j.at("schema").dump());
@@ -292,6 +293,7 @@ Generation generation_from_json(const nlohmann::json& j, const std::string& file
   g.steps = r.get_int("steps", 0, 0, kInt64Max);
   g.tokens_processed = r.get_int("tokens_processed", 0, 0, kInt64Max);
   g.max_in_flight = r.get_int("requests_in_flight", 0, 0, kInt64Max);
+  g.solo_lanes = static_cast<int>(r.get_int("solo_lanes", 1, 1, kIntMax));
   g.scores = r.get_string("scores", "");
   const json& sequences = required_array(r, "sequences");
   g.sequences.reserve(sequences.size());

@@ -34,6 +34,7 @@ struct Generation {
   int64_t steps = 0;                      // engine steps (forward passes)
   int64_t tokens_processed = 0;           // rows through the model, padding included
   int64_t max_in_flight = 0;              // HTTP engine: most requests at once; 0: none
+  int solo_lanes = 1;                     // engines it ran on at once (plan.solo_lanes)
   std::string scores;                     // a scoring dump: the label of the generation scored
   std::vector<SequenceOutput> sequences;  // indexed by prompt
 };

@@ -54,6 +54,7 @@ json to_json(const GenerationTiming& g) {
                g.wall_s > 0 ? json(static_cast<double>(g.tokens_processed) / g.wall_s) : json()}};
   // Only an engine that sends requests has them: other reports stay as they were.
   if (g.max_in_flight > 0) out["requests_in_flight"] = g.max_in_flight;
+  if (g.solo_lanes > 1) out["solo_lanes"] = g.solo_lanes;
   return out;
 }
 
@@ -70,7 +71,7 @@ uint64_t fnv1a64(const std::string& s) {
 
 GenerationTiming timing_of(const Generation& g) {
   return {g.label, g.batch_size,       g.repeat, g.fresh_process, g.wall_s,
-          g.steps, g.tokens_processed, "",       g.max_in_flight};
+          g.steps, g.tokens_processed, "",       g.max_in_flight, g.solo_lanes};
 }
 
 nlohmann::json to_json(const Comparison& c) {

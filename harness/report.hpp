@@ -30,6 +30,7 @@ struct GenerationTiming {
   int64_t tokens_processed = 0;  // rows through the model, padding included
   std::string cache;             // the plan's cache state: "" (no prefix caching), cold, warm
   int64_t max_in_flight = 0;     // HTTP engine: most requests at once; 0: none
+  int solo_lanes = 1;            // engines the generation ran on at once (plan.solo_lanes)
 };
 GenerationTiming timing_of(const Generation& g);
 

@@ -15,6 +15,7 @@
 #include "base/errors.hpp"
 #include "engines/registry.hpp"
 #include "harness/generation.hpp"
+#include "harness/solo_lanes.hpp"
 #include "models/comm/emulated.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"
@@ -203,20 +204,20 @@ int run_worker(const WorkerArgs& args) {
     const auto start = std::chrono::steady_clock::now();
     const int total = static_cast<int>(prompts.size());
     GenerateStats stats;
-    for (size_t first = 0; first < prompts.size(); first += spec.batch_size) {
-      const size_t last = std::min(prompts.size(), first + spec.batch_size);
+    // Prompts [first, last) as one batch on engine `e`, their results into g.
+    auto run_batch = [&](TestedEngine& e, size_t first, size_t last, GenerateStats& into) {
       std::vector<std::vector<int32_t>> batch(prompts.begin() + first, prompts.begin() + last);
       std::vector<SequenceResult> results;
       try {
-        results = engine->generate(batch, s.plan.max_tokens, &stats, [&](const std::string& text) {
+        results = e.generate(batch, s.plan.max_tokens, &into, [&](const std::string& text) {
           if (spec.batch_size > 1) {
             progress(spec.label + ": " + text);
           }
         });
-      } catch (const InfraError& e) {
+      } catch (const InfraError& err) {
         // The user thinks in the plan's generations, not in an engine's request numbers.
         throw InfraError(fmt::format("generation {} (batch of prompts {}..{} of {}): {}",
-                                     spec.label, first, last - 1, prompts.size(), e.what()));
+                                     spec.label, first, last - 1, prompts.size(), err.what()));
       }
       if (results.size() != batch.size()) {
         throw InfraError(fmt::format("engine {} returned {} sequences for a batch of {}",
@@ -231,14 +232,35 @@ int run_worker(const WorkerArgs& args) {
         out.top_k_values = std::move(results[i - first].top_k_values);
         out.row_digests = std::move(results[i - first].row_digests);
       }
-      if (spec.batch_size == 1 && (last % 8 == 0 || last == prompts.size())) {
-        progress(fmt::format("{}: {}/{} prompts", spec.label, last, total));
+    };
+    // A warm generation must see the cache the previous one left in this engine: one lane.
+    const int lanes =
+        spec.batch_size == 1 && spec.cache != "warm" ? std::min<int>(s.plan.solo_lanes, total) : 1;
+    if (lanes > 1) {
+      run_solo_lanes(
+          s, EngineContext{RankAssignment{args.rank, args.nccl_unique_id}, args.work_dir}, *engine,
+          lanes, total,
+          [&](TestedEngine& e, int i, GenerateStats& into) { run_batch(e, i, i + 1, into); },
+          [&](int done) {
+            if (done % 8 == 0 || done == total) {
+              progress(fmt::format("{}: {}/{} prompts ({} lanes)", spec.label, done, total, lanes));
+            }
+          },
+          stats);
+    } else {
+      for (size_t first = 0; first < prompts.size(); first += spec.batch_size) {
+        const size_t last = std::min(prompts.size(), first + spec.batch_size);
+        run_batch(*engine, first, last, stats);
+        if (spec.batch_size == 1 && (last % 8 == 0 || last == prompts.size())) {
+          progress(fmt::format("{}: {}/{} prompts", spec.label, last, total));
+        }
       }
     }
     g.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     g.steps = stats.steps;
     g.tokens_processed = stats.rows;
     g.max_in_flight = stats.max_in_flight;
+    g.solo_lanes = lanes;
     if (writer) {
       write_file_atomically(
           (std::filesystem::path(args.work_dir) / generation_file_name(g.label)).string(),

@@ -52,8 +52,9 @@ const std::vector<std::string> kCollectiveKeys{"all_reduce", "reduce_scatter", "
 const std::vector<std::string> kCudagraphKeys{"mode", "capture_sizes"};
 const std::vector<std::string> kPrefixCachingKeys{"enabled", "block_size"};
 const std::vector<std::string> kChunkedPrefillKeys{"max_tokens"};
-const std::vector<std::string> kPlanKeys{"prompts",       "max_tokens",    "batch_sizes", "repeats",
-                                         "fresh_process", "max_model_len", "max_num_seqs"};
+const std::vector<std::string> kPlanKeys{"prompts",      "max_tokens",    "batch_sizes",
+                                         "repeats",      "fresh_process", "max_model_len",
+                                         "max_num_seqs", "solo_lanes"};
 const std::vector<std::string> kPromptKeys{"count", "min_len", "max_len", "seed", "file"};
 const std::vector<std::string> kDebugKeys{"fault"};
 const std::vector<std::string> kCompareKeys{"prefill", "top_k", "row_digest"};
@@ -334,6 +335,7 @@ void parse_plan(const json& j, const Cursor& at, Scenario& s) {
   read_int(j, at, "repeats", plan.repeats, 1, kMaxRepeats);
   read_int(j, at, "max_model_len", plan.max_model_len, 1, kMaxModelLen);
   read_int(j, at, "max_num_seqs", plan.max_num_seqs, 1, kMaxNumSeqs);
+  read_int(j, at, "solo_lanes", plan.solo_lanes, 1, kMaxSoloLanes);
   if (const json* v = find(j, "batch_sizes")) {
     const std::string valid = "a non-empty array of integers in 1..max_num_seqs (" +
                               std::to_string(plan.max_num_seqs) + "), the first the reference";
@@ -780,6 +782,18 @@ void check_combinations(const Scenario& s, const Cursor& at) {
   }
 
   if (s.kernels == KernelFamily::tp_invariant) check_tp_invariant(s, config, model_name, at);
+
+  if (s.plan.solo_lanes > 1 && (!s.engine.is_bih() || s.ranks == RankKind::nccl)) {
+    // Lanes are more engines inside one worker process: an adapter or a server is one engine
+    // outside it, and an NCCL rank owns its GPU's communicator.
+    at.at("plan")
+        .at("solo_lanes")
+        .fail("solo_lanes " + std::to_string(s.plan.solo_lanes) + " needs bih's own engine with " +
+                  "emulated ranks, but " +
+                  (s.engine.is_bih() ? std::string("parallel.ranks is 'nccl'")
+                                     : "engine.kind is '" + s.engine.kind + "'"),
+              "solo_lanes 1 here, or engine.kind 'bih' with parallel.ranks 'emulated'");
+  }
 
   if (s.ranks == RankKind::nccl && s.backend == Backend::cpu) {
     at.at("parallel")
@@ -1258,6 +1272,7 @@ json Scenario::to_json() const {
            {"engine", engine_json}};
   // Only when something is on: resolved scenarios (and reports resumed from them) stay as they
   // were.
+  if (plan.solo_lanes > 1) out["plan"]["solo_lanes"] = plan.solo_lanes;
   if (compare.any()) {
     out["compare"] = {
         {"prefill", compare.prefill}, {"top_k", compare.top_k}, {"row_digest", compare.row_digest}};

@@ -20,6 +20,7 @@ inline constexpr int kMaxNumSeqs = 4096;       // sequences one engine step may 
 inline constexpr int kMaxModelLen = 1 << 20;   // tokens of one sequence, whatever the config says
 inline constexpr int kMaxCaptureSize = 16384;  // rows a step is padded to under CUDA graphs
 inline constexpr int kMaxRepeats = 100;
+inline constexpr int kMaxSoloLanes = 16;   // plan.solo_lanes: engines at once in one worker
 inline constexpr int kMaxBatchSizes = 64;  // entries of plan.batch_sizes
 inline constexpr double kMaxTimeoutS = 7 * 24 * 3600.0;
 inline constexpr double kMinReplyTimeoutS = 0.001;  // engine.reply_timeout_s other than 0

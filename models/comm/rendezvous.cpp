@@ -6,6 +6,12 @@
 #include <thread>
 
 namespace bih {
+namespace {
+
+// Ranks of every Rendezvous alive in this process: the threads that may wait at a barrier.
+std::atomic<int> g_live_ranks{0};
+
+}  // namespace
 
 const char* to_string(CollectiveOp op) {
   static const char* const kNames[] = {"all_reduce", "reduce_scatter", "all_gather",
@@ -19,12 +25,20 @@ Rendezvous::Rendezvous(int size, std::chrono::milliseconds watchdog, std::string
       watchdog_(watchdog),
       name_(std::move(name)),
       on_complete_(std::move(on_complete)),
-      spin_(std::thread::hardware_concurrency() > static_cast<unsigned>(size)),
       arrived_(size, 0),
       posted_(size),
       inputs_(size, nullptr),
       inputs_f32_(size, nullptr),
-      arrival_order_(size, 0) {}
+      arrival_order_(size, 0) {
+  g_live_ranks.fetch_add(size, std::memory_order_relaxed);
+}
+
+Rendezvous::~Rendezvous() { g_live_ranks.fetch_sub(size_, std::memory_order_relaxed); }
+
+bool Rendezvous::should_spin() const {
+  static const unsigned cores = std::thread::hardware_concurrency();
+  return cores > static_cast<unsigned>(g_live_ranks.load(std::memory_order_relaxed));
+}
 
 void Rendezvous::abort(const std::string& why) {
   {
@@ -99,7 +113,7 @@ void Rendezvous::arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int 
   ++arrived_count_;
   const uint64_t generation = generation_.load(std::memory_order_relaxed);
   const auto released = [&] { return generation_.load() != generation || aborted_; };
-  if (spin_) {
+  if (should_spin()) {
     lock.unlock();
     spin_until_released(generation);
     lock.lock();

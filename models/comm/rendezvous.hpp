@@ -8,9 +8,9 @@
 //
 // The last rank to arrive at either barrier may run work for the whole group before anyone is
 // released (the GPU group joins every rank's stream on one hub stream there: n event waits
-// instead of n * (n - 1)). Where the machine has a core for every rank, a waiting rank spins
-// briefly before it sleeps: an eager emulated step meets at a barrier some hundred times, and a
-// sleeping thread's wake-up costs tens of microseconds each time.
+// instead of n * (n - 1)). Where the machine has a core for every rank of every group alive in
+// the process, a waiting rank spins briefly before it sleeps: an eager emulated step meets at a
+// barrier some hundred times, and a sleeping thread's wake-up costs tens of microseconds each time.
 //
 // A failure must not hang the peers: abort(why) wakes every waiting rank with CommAborted(why) and
 // every later call throws too. An optional watchdog aborts a barrier that waits too long, naming
@@ -57,6 +57,9 @@ class Rendezvous {
   // an earlier call then: the place to resize a buffer the ranks share).
   Rendezvous(int size, std::chrono::milliseconds watchdog, std::string name,
              std::function<void(const Posted&)> on_complete = {});
+  ~Rendezvous();
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
 
   // Work the last arrival at a barrier runs under the lock before it releases the others. If it
   // throws, the group aborts with the reason (the peers wake with CommAborted) and it rethrows.
@@ -108,7 +111,9 @@ class Rendezvous {
   const std::chrono::milliseconds watchdog_;
   const std::string name_;
   const std::function<void(const Posted&)> on_complete_;
-  const bool spin_;  // a core for every rank: spin before sleeping
+  // Spin before sleeping only while the process's groups together have a core for every rank
+  // (several engines at once, plan.solo_lanes, each bring their own group).
+  bool should_spin() const;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -1,0 +1,28 @@
+// solo_lanes.hpp: plan.solo_lanes, the bs=1 generation on several engines at once.
+//
+// Every request still runs alone: lane k's engine gets prompts k, k + lanes, k + 2 lanes, ...,
+// one batch of one at a time, so each request's bits are those of a bs=1 run (the engines are
+// deterministic and share nothing they write). Lane 0 is the worker's own engine, on the calling
+// thread; every other lane makes its engine the same way on a thread of its own (so the loads
+// overlap lane 0's work) and shuts it down when its prompts are done. The first failure stops
+// every lane before its next request and is rethrown once all have stopped.
+#pragma once
+
+#include <functional>
+
+#include "engines/registry.hpp"
+#include "models/engine.hpp"
+#include "spec/scenario.hpp"
+
+namespace bih {
+
+// run_one(engine, i, stats): prompt i alone on `engine`, its result stored by the caller (each
+// i is run exactly once, so callers may write a slot per prompt without a lock). on_done(n)
+// runs under a lock after each request, n counting the finished ones. `stats` gets the lanes'
+// sums (max_in_flight: their largest).
+void run_solo_lanes(const Scenario& s, const EngineContext& context, TestedEngine& own_engine,
+                    int lanes, int total,
+                    const std::function<void(TestedEngine&, int, GenerateStats&)>& run_one,
+                    const std::function<void(int)>& on_done, GenerateStats& stats);
+
+}  // namespace bih

@@ -1,0 +1,121 @@
+// plan.solo_lanes: the bs=1 generation spread over several engines in one worker gives the bits
+// one engine gives, each prompt's result in its own slot, and the report says how it ran; a
+// scenario that cannot run lanes is refused with the field named.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "harness/generation.hpp"
+#include "run_bih.hpp"
+#include "spec/scenario_file.hpp"
+
+namespace bih {
+namespace {
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+// 7 prompts over 3 lanes: lanes of 3, 2 and 2 prompts, TP=2 so that every lane has its own group
+// of rank threads.
+std::string scenario_with_lanes(int lanes) {
+  return R"({"model": {"preset": "tiny"}, "parallel": {"tp": 2},
+    "plan": {"prompts": {"count": 7, "min_len": 4, "max_len": 20}, "max_tokens": 5,
+             "batch_sizes": [1, 7], "repeats": 2, "solo_lanes": )" +
+         std::to_string(lanes) + "}}";
+}
+
+struct LanesRun {
+  testing::BihResult run;
+  nlohmann::json report;
+  Generation solo;  // the bs=1 dump
+};
+
+LanesRun run_with_lanes(const std::filesystem::path& dir, int lanes) {
+  write_text(dir / "s.json", scenario_with_lanes(lanes));
+  LanesRun out;
+  out.run = testing::run_bih(
+      {"run", (dir / "s.json").string(), "--out", (dir / "out").string(), "--keep-work"});
+  const auto reports = testing::report_files(dir / "out");
+  if (reports.size() == 1) out.report = read_json_file(reports[0].string());
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir / "out")) {
+    if (entry.path().filename() == "gen-bs_1.json") {
+      out.solo = generation_from_json(read_json_file(entry.path().string()), entry.path().string());
+    }
+  }
+  return out;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+TEST(SoloLanes, GiveTheBitsOfOneEngineInEachPromptsOwnSlot) {
+  const LanesRun one = run_with_lanes(testing::fresh_dir("lanes-1"), 1);
+  const LanesRun three = run_with_lanes(testing::fresh_dir("lanes-3"), 3);
+  ASSERT_EQ(one.run.exit_code, 0) << one.run.output;
+  ASSERT_EQ(three.run.exit_code, 0) << three.run.output;
+  EXPECT_EQ(three.report.at("verdict"), "invariant") << three.run.output;
+  ASSERT_EQ(one.solo.sequences.size(), 7u);
+  ASSERT_EQ(three.solo.sequences.size(), 7u);
+  for (size_t i = 0; i < 7; ++i) {
+    const SequenceOutput& a = one.solo.sequences[i];
+    const SequenceOutput& b = three.solo.sequences[i];
+    EXPECT_EQ(a.prompt, b.prompt) << "prompt " << i << " is in another prompt's slot";
+    EXPECT_EQ(a.tokens, b.tokens) << "prompt " << i;
+    ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << "prompt " << i;
+    for (size_t t = 0; t < a.logprobs.size(); ++t) {
+      EXPECT_TRUE(same_bits(a.logprobs[t], b.logprobs[t]))
+          << "prompt " << i << " token " << t << ": " << a.logprobs[t] << " vs " << b.logprobs[t];
+    }
+  }
+  // Every prompt ran alone, each step counted once: the lanes' steps add up to one engine's.
+  EXPECT_EQ(three.solo.steps, one.solo.steps);
+  EXPECT_EQ(three.solo.solo_lanes, 3);
+  EXPECT_EQ(one.solo.solo_lanes, 1);
+  // The report says how the generation ran; a scenario without lanes reads as it always did.
+  const nlohmann::json& gen = three.report.at("generations").at(0);
+  EXPECT_EQ(gen.at("label"), "bs=1");
+  EXPECT_EQ(gen.at("solo_lanes"), 3) << gen.dump();
+  EXPECT_EQ(three.report.at("scenario").at("plan").at("solo_lanes"), 3);
+  EXPECT_FALSE(one.report.at("scenario").at("plan").contains("solo_lanes"));
+  EXPECT_FALSE(one.report.at("generations").at(0).contains("solo_lanes"));
+  // The batch generation is one engine's, lanes or not.
+  EXPECT_FALSE(three.report.at("generations").at(1).contains("solo_lanes"));
+  // The id does not change: lanes change the wall time, not what is compared.
+  EXPECT_EQ(three.report.at("id"), one.report.at("id"));
+}
+
+TEST(SoloLanes, OutOfRangeOrWhereLanesCannotRunExitsTwoNamingTheField) {
+  const auto dir = testing::fresh_dir("lanes-bad");
+  struct Case {
+    const char* what;
+    std::string text;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"zero", scenario_with_lanes(0), "1..16"},
+      {"too many", scenario_with_lanes(17), "1..16"},
+      {"nccl ranks",
+       R"({"model": {"preset": "tiny"}, "backend": "cuda", "parallel": {"tp": 2, "ranks": "nccl"},
+           "plan": {"solo_lanes": 2}})",
+       "parallel.ranks is 'nccl'"},
+      {"an adapter",
+       R"({"model": {"preset": "tiny"},
+           "engine": {"kind": "command", "name": "x", "command": ["/bin/true"]},
+           "plan": {"solo_lanes": 2}})",
+       "engine.kind is 'command'"},
+  };
+  for (const Case& c : cases) {
+    write_text(dir / "s.json", c.text);
+    const auto r =
+        testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
+    EXPECT_EQ(r.exit_code, 2) << c.what << ": " << r.output;
+    EXPECT_NE(r.output.find("/plan/solo_lanes"), std::string::npos) << c.what << ": " << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.what << ": " << r.output;
+    EXPECT_TRUE(!std::filesystem::exists(dir / "out") || testing::report_files(dir / "out").empty())
+        << c.what << ": nothing half-written";
+  }
+}
+
+}  // namespace
+}  // namespace bih
