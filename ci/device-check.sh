@@ -8,7 +8,9 @@
 #   probes   `bih probe nccl` under several NCCL_ALGO settings and `bih probe all`
 #   matrix   scenarios/issue-56370-gpu.json (qwen3-1.7b on the CUDA backend), filtered by
 #            MATRIX_ONLY (space-separated --only globs; default every scenario), localization on,
-#            in MATRIX_JOBS shards side by side on the one GPU (default 1: one after another)
+#            in MATRIX_JOBS shards side by side on the one GPU (default 1: one after another),
+#            each scenario's requests alone on up to MATRIX_LANES engines at once (default: the
+#            file's plan.solo_lanes)
 #   explain  `bih explain` of the TP=4 SP ring report (the first divergent op on the GPU)
 #   nccl     issue 6: `bih probe nccl` on every GPU of the machine, then
 #            scenarios/issue-56370-nccl.json with real NCCL at the TP sizes in NCCL_TPS (default
@@ -37,6 +39,7 @@ OUT=${OUT:-out/device}
 STAGES=${STAGES:-tests bench probes matrix explain}
 MATRIX_ONLY=${MATRIX_ONLY:-}
 MATRIX_JOBS=${MATRIX_JOBS:-1}
+MATRIX_LANES=${MATRIX_LANES:-}
 # Raw results live outside $OUT (the device tool returns few files) and are packed into
 # $OUT/device-results.tgz after every stage, so a run cut short still returns what it made.
 RAW=$(mktemp -d)
@@ -162,14 +165,17 @@ if stage matrix; then
   set -f  # the filters are bih globs, not file names
   for f in $MATRIX_ONLY; do only+=(--only "$f"); done
   set +f
+  # MATRIX_LANES=N: the requests alone on up to N engines at once (plan.solo_lanes).
+  lanes=()
+  [[ -n $MATRIX_LANES ]] && lanes=(--set "plan.solo_lanes=$MATRIX_LANES")
   # Shard I of MATRIX_JOBS runs into its own folder (each --out is locked by its run); the gate
   # and `bih matrix` read all the folders.
   matrix_dirs=()
   : >"$R/issue-56370-gpu.txt"
   for ((i = 1; i <= MATRIX_JOBS; i++)); do
     matrix_dirs+=("$R/issue-56370-gpu/shard-$i")
-    "$build/bih" run scenarios/issue-56370-gpu.json "${only[@]}" --shard "$i/$MATRIX_JOBS" \
-      --set localize=true --out "$R/issue-56370-gpu/shard-$i" >"$R/issue-56370-gpu-$i.txt" 2>&1 &
+    "$build/bih" run scenarios/issue-56370-gpu.json "${only[@]}" "${lanes[@]}" \
+      --shard "$i/$MATRIX_JOBS" --set localize=true --out "$R/issue-56370-gpu/shard-$i" >"$R/issue-56370-gpu-$i.txt" 2>&1 &
   done
   matrix_exit=0
   for ((i = 1; i <= MATRIX_JOBS; i++)); do wait -n || matrix_exit=$?; done

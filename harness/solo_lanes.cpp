@@ -15,6 +15,11 @@
 
 namespace bih {
 
+int solo_lanes_for(const Scenario& s, int prompts) {
+  if (!s.engine.is_bih() || s.ranks == RankKind::nccl) return 1;
+  return std::max(1, std::min(s.plan.solo_lanes, prompts));
+}
+
 void run_solo_lanes(const Scenario& s, const EngineContext& context, TestedEngine& own_engine,
                     int lanes, int total,
                     const std::function<void(TestedEngine&, int, GenerateStats&)>& run_one,

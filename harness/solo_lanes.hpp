@@ -16,6 +16,11 @@
 
 namespace bih {
 
+// The lanes the scenario's bs=1 generation of `prompts` requests runs on: plan.solo_lanes, at
+// most one per request, and 1 where the engine is not this process's to multiply (an adapter or
+// a server is one engine outside the worker; an NCCL rank owns its GPU's communicator).
+int solo_lanes_for(const Scenario& s, int prompts);
+
 // run_one(engine, i, stats): prompt i alone on `engine`, its result stored by the caller (each
 // i is run exactly once, so callers may write a slot per prompt without a lock). on_done(n)
 // runs under a lock after each request, n counting the finished ones. `stats` gets the lanes'

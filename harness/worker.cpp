@@ -234,8 +234,7 @@ int run_worker(const WorkerArgs& args) {
       }
     };
     // A warm generation must see the cache the previous one left in this engine: one lane.
-    const int lanes =
-        spec.batch_size == 1 && spec.cache != "warm" ? std::min<int>(s.plan.solo_lanes, total) : 1;
+    const int lanes = spec.batch_size == 1 && spec.cache != "warm" ? solo_lanes_for(s, total) : 1;
     if (lanes > 1) {
       run_solo_lanes(
           s, EngineContext{RankAssignment{args.rank, args.nccl_unique_id}, args.work_dir}, *engine,

@@ -783,18 +783,6 @@ void check_combinations(const Scenario& s, const Cursor& at) {
 
   if (s.kernels == KernelFamily::tp_invariant) check_tp_invariant(s, config, model_name, at);
 
-  if (s.plan.solo_lanes > 1 && (!s.engine.is_bih() || s.ranks == RankKind::nccl)) {
-    // Lanes are more engines inside one worker process: an adapter or a server is one engine
-    // outside it, and an NCCL rank owns its GPU's communicator.
-    at.at("plan")
-        .at("solo_lanes")
-        .fail("solo_lanes " + std::to_string(s.plan.solo_lanes) + " needs bih's own engine with " +
-                  "emulated ranks, but " +
-                  (s.engine.is_bih() ? std::string("parallel.ranks is 'nccl'")
-                                     : "engine.kind is '" + s.engine.kind + "'"),
-              "solo_lanes 1 here, or engine.kind 'bih' with parallel.ranks 'emulated'");
-  }
-
   if (s.ranks == RankKind::nccl && s.backend == Backend::cpu) {
     at.at("parallel")
         .at("ranks")

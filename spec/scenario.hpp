@@ -42,9 +42,10 @@ struct PlanSpec {
   bool fresh_process = false;           // one more run of the last batch size in a new process
   int max_model_len = 512;
   int max_num_seqs = 64;
-  // Engines the bs=1 generation runs on at once, each request still alone in its engine (one
-  // batch of one at a time): lane k takes prompts k, k + lanes, ... Only the wall time changes
-  // (docs/solo-lanes.md); 1 (the default) leaves ids and resolved scenarios as they were.
+  // At most this many engines run the bs=1 generation at once, each request still alone in its
+  // engine (one batch of one at a time): lane k takes prompts k, k + lanes, ... Only the wall
+  // time changes (docs/solo-lanes.md). bih's own engine with emulated ranks only; elsewhere one
+  // lane. 1 (the default) leaves ids and resolved scenarios as they were.
   int solo_lanes = 1;
 };
 

@@ -1,12 +1,13 @@
 // plan.solo_lanes: the bs=1 generation spread over several engines in one worker gives the bits
-// one engine gives, each prompt's result in its own slot, and the report says how it ran; a
-// scenario that cannot run lanes is refused with the field named.
+// one engine gives, each prompt's result in its own slot, and the report says how it ran; only
+// bih's own engine with emulated ranks runs more than one lane.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <fstream>
 
 #include "harness/generation.hpp"
+#include "harness/solo_lanes.hpp"
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
@@ -85,36 +86,43 @@ TEST(SoloLanes, GiveTheBitsOfOneEngineInEachPromptsOwnSlot) {
   EXPECT_EQ(three.report.at("id"), one.report.at("id"));
 }
 
-TEST(SoloLanes, OutOfRangeOrWhereLanesCannotRunExitsTwoNamingTheField) {
+TEST(SoloLanes, OutOfRangeExitsTwoNamingTheField) {
   const auto dir = testing::fresh_dir("lanes-bad");
-  struct Case {
-    const char* what;
-    std::string text;
-    const char* expected;
-  };
-  const std::vector<Case> cases = {
-      {"zero", scenario_with_lanes(0), "1..16"},
-      {"too many", scenario_with_lanes(17), "1..16"},
-      {"nccl ranks",
-       R"({"model": {"preset": "tiny"}, "backend": "cuda", "parallel": {"tp": 2, "ranks": "nccl"},
-           "plan": {"solo_lanes": 2}})",
-       "parallel.ranks is 'nccl'"},
-      {"an adapter",
-       R"({"model": {"preset": "tiny"},
-           "engine": {"kind": "command", "name": "x", "command": ["/bin/true"]},
-           "plan": {"solo_lanes": 2}})",
-       "engine.kind is 'command'"},
-  };
-  for (const Case& c : cases) {
-    write_text(dir / "s.json", c.text);
+  for (const int lanes : {0, 17}) {
+    write_text(dir / "s.json", scenario_with_lanes(lanes));
     const auto r =
         testing::run_bih({"run", (dir / "s.json").string(), "--out", (dir / "out").string()});
-    EXPECT_EQ(r.exit_code, 2) << c.what << ": " << r.output;
-    EXPECT_NE(r.output.find("/plan/solo_lanes"), std::string::npos) << c.what << ": " << r.output;
-    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.what << ": " << r.output;
+    EXPECT_EQ(r.exit_code, 2) << lanes << ": " << r.output;
+    EXPECT_NE(r.output.find("/plan/solo_lanes"), std::string::npos) << lanes << ": " << r.output;
+    EXPECT_NE(r.output.find("1..16"), std::string::npos) << lanes << ": " << r.output;
     EXPECT_TRUE(!std::filesystem::exists(dir / "out") || testing::report_files(dir / "out").empty())
-        << c.what << ": nothing half-written";
+        << lanes << ": nothing half-written";
   }
+}
+
+Scenario only_scenario(const std::filesystem::path& dir, const std::string& text) {
+  write_text(dir / "s.json", text);
+  ScenarioSet set = load_scenarios((dir / "s.json").string(), {});
+  EXPECT_EQ(set.scenarios.size(), 1u);
+  return set.scenarios.at(0);
+}
+
+TEST(SoloLanes, OnlyBihsOwnEngineWithEmulatedRanksRunsMoreThanOne) {
+  const auto dir = testing::fresh_dir("lanes-which");
+  EXPECT_EQ(solo_lanes_for(only_scenario(dir, scenario_with_lanes(3)), 7), 3);
+  EXPECT_EQ(solo_lanes_for(only_scenario(dir, scenario_with_lanes(16)), 7), 7)
+      << "at most one lane per request";
+  EXPECT_EQ(solo_lanes_for(only_scenario(dir, scenario_with_lanes(1)), 7), 1);
+  // An NCCL rank owns its GPU's communicator; an adapter is one engine outside the worker.
+  EXPECT_EQ(solo_lanes_for(only_scenario(dir, R"({"model": {"preset": "tiny"}, "backend": "cuda",
+      "parallel": {"tp": 2, "ranks": "nccl"}, "plan": {"solo_lanes": 4}})"),
+                           64),
+            1);
+  EXPECT_EQ(solo_lanes_for(only_scenario(dir, R"({"model": {"preset": "tiny"},
+      "engine": {"kind": "command", "name": "x", "command": ["/bin/true"]},
+      "plan": {"solo_lanes": 4}})"),
+                           64),
+            1);
 }
 
 }  // namespace
