@@ -20,8 +20,9 @@ int solo_lanes_for(const Scenario& s, int prompts) {
   return std::max(1, std::min(s.plan.solo_lanes, prompts));
 }
 
-void run_solo_lanes(const Scenario& s, const EngineContext& context, TestedEngine& own_engine,
-                    int lanes, int total,
+void run_solo_lanes(TestedEngine& own_engine,
+                    const std::function<std::unique_ptr<TestedEngine>()>& make_engine, int lanes,
+                    int total,
                     const std::function<void(TestedEngine&, int, GenerateStats&)>& run_one,
                     const std::function<void(int)>& on_done, GenerateStats& stats) {
   std::atomic<bool> failed{false};
@@ -34,7 +35,7 @@ void run_solo_lanes(const Scenario& s, const EngineContext& context, TestedEngin
       std::unique_ptr<TestedEngine> made;
       if (k > 0) {
         try {
-          made = EngineRegistry::instance().make(s, context);
+          made = make_engine();
         } catch (const std::exception& e) {
           throw InfraError(fmt::format(
               "plan.solo_lanes: lane {} of {} could not make its engine: {}", k, lanes, e.what()));

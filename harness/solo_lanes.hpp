@@ -9,8 +9,9 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 
-#include "engines/registry.hpp"
+#include "engines/engine.hpp"
 #include "models/engine.hpp"
 #include "spec/scenario.hpp"
 
@@ -25,8 +26,11 @@ int solo_lanes_for(const Scenario& s, int prompts);
 // i is run exactly once, so callers may write a slot per prompt without a lock). on_done(n)
 // runs under a lock after each request, n counting the finished ones. `stats` gets the lanes'
 // sums (max_in_flight: their largest).
-void run_solo_lanes(const Scenario& s, const EngineContext& context, TestedEngine& own_engine,
-                    int lanes, int total,
+// make_engine() makes another engine exactly as the worker made its own (the same knobs and
+// row extras).
+void run_solo_lanes(TestedEngine& own_engine,
+                    const std::function<std::unique_ptr<TestedEngine>()>& make_engine, int lanes,
+                    int total,
                     const std::function<void(TestedEngine&, int, GenerateStats&)>& run_one,
                     const std::function<void(int)>& on_done, GenerateStats& stats);
 

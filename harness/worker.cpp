@@ -78,12 +78,20 @@ int run_worker(const WorkerArgs& args) {
     if (writer) bih::progress(text);
   };
 
+  // The worker's engine, and every solo lane's (solo_lanes.hpp), made the same way.
+  const auto make_engine = [&] {
+    std::unique_ptr<TestedEngine> made = EngineRegistry::instance().make(
+        s, EngineContext{RankAssignment{args.rank, args.nccl_unique_id}, args.work_dir});
+    if (s.compare.top_k > 0 || s.compare.row_digest) {
+      made->set_row_extras(RowExtras{s.compare.top_k, s.compare.row_digest});
+    }
+    return made;
+  };
   progress("loading model");
   const auto load_start = std::chrono::steady_clock::now();
   std::unique_ptr<TestedEngine> engine;
   try {
-    engine = EngineRegistry::instance().make(
-        s, EngineContext{RankAssignment{args.rank, args.nccl_unique_id}, args.work_dir});
+    engine = make_engine();
   } catch (const UnsupportedError& e) {
     // The engine declined a knob: the driver records `unsupported`, not an error.
     std::printf("@unsupported %s\n", e.what());
@@ -114,9 +122,6 @@ int run_worker(const WorkerArgs& args) {
   meta["backend"] = identity.details.value("backend", "");
   meta["generations"] = nlohmann::json::array();
   meta["scorings"] = nlohmann::json::array();
-  if (s.compare.top_k > 0 || s.compare.row_digest) {
-    engine->set_row_extras(RowExtras{s.compare.top_k, s.compare.row_digest});
-  }
   // compare.prefill: `of` scored in one prefill per batch of scoring.batch_size, right after it
   // ran. An engine that cannot score leaves no dump and its reason in meta.json; the driver then
   // records that comparison as unsupported and decides the verdict from the others.
@@ -237,8 +242,7 @@ int run_worker(const WorkerArgs& args) {
     const int lanes = spec.batch_size == 1 && spec.cache != "warm" ? solo_lanes_for(s, total) : 1;
     if (lanes > 1) {
       run_solo_lanes(
-          s, EngineContext{RankAssignment{args.rank, args.nccl_unique_id}, args.work_dir}, *engine,
-          lanes, total,
+          *engine, make_engine, lanes, total,
           [&](TestedEngine& e, int i, GenerateStats& into) { run_batch(e, i, i + 1, into); },
           [&](int done) {
             if (done % 8 == 0 || done == total) {

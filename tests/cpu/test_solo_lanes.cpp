@@ -19,12 +19,12 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 }
 
 // 7 prompts over 3 lanes: lanes of 3, 2 and 2 prompts, TP=2 so that every lane has its own group
-// of rank threads.
+// of rank threads; top-k and row digests so that a lane's engine must be set up as the worker's.
 std::string scenario_with_lanes(int lanes) {
   return R"({"model": {"preset": "tiny"}, "parallel": {"tp": 2},
     "plan": {"prompts": {"count": 7, "min_len": 4, "max_len": 20}, "max_tokens": 5,
              "batch_sizes": [1, 7], "repeats": 2, "solo_lanes": )" +
-         std::to_string(lanes) + "}}";
+         std::to_string(lanes) + R"(}, "compare": {"top_k": 2, "row_digest": true}})";
 }
 
 struct LanesRun {
@@ -67,6 +67,15 @@ TEST(SoloLanes, GiveTheBitsOfOneEngineInEachPromptsOwnSlot) {
     for (size_t t = 0; t < a.logprobs.size(); ++t) {
       EXPECT_TRUE(same_bits(a.logprobs[t], b.logprobs[t]))
           << "prompt " << i << " token " << t << ": " << a.logprobs[t] << " vs " << b.logprobs[t];
+    }
+    ASSERT_EQ(b.top_k_ids.size(), a.tokens.size()) << "prompt " << i << ": no top-k from its lane";
+    EXPECT_EQ(a.top_k_ids, b.top_k_ids) << "prompt " << i;
+    EXPECT_EQ(a.row_digests, b.row_digests) << "prompt " << i;
+    for (size_t t = 0; t < a.top_k_values.size(); ++t) {
+      for (size_t r = 0; r < a.top_k_values[t].size(); ++r) {
+        EXPECT_TRUE(same_bits(a.top_k_values[t][r], b.top_k_values[t][r]))
+            << "prompt " << i << " token " << t << " rank " << r;
+      }
     }
   }
   // Every prompt ran alone, each step counted once: the lanes' steps add up to one engine's.
