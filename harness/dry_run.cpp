@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include "engines/registry.hpp"
+#include "harness/solo_lanes.hpp"
 #if BIH_HAVE_HTTP
 #include "engines/http/server_launch.hpp"
 #endif
@@ -77,6 +78,14 @@ std::string dry_run_text(const std::vector<Scenario>& scenarios) {
   std::string out;
   for (const Scenario& s : scenarios) {
     out += s.id() + "\n" + engine_lines(s);
+    if (s.plan.solo_lanes > 1) {
+      const int lanes = solo_lanes_for(s, s.plan.solo_lanes);
+      out += lanes > 1 ? fmt::format("  bs=1: up to {} engines at once (plan.solo_lanes)\n", lanes)
+                       : fmt::format(
+                             "  bs=1: one engine (plan.solo_lanes {} multiplies bih's own "
+                             "engine with emulated ranks only)\n",
+                             s.plan.solo_lanes);
+    }
     try {
       const std::string why = EngineRegistry::instance().unsupported_reason(s);
       if (!why.empty()) out += "  would be unsupported: " + why + "\n";

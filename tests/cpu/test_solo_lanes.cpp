@@ -95,6 +95,22 @@ TEST(SoloLanes, GiveTheBitsOfOneEngineInEachPromptsOwnSlot) {
   EXPECT_EQ(three.report.at("id"), one.report.at("id"));
 }
 
+TEST(SoloLanes, ADryRunSaysHowTheRequestsAloneWouldRun) {
+  const auto dir = testing::fresh_dir("lanes-dry");
+  write_text(dir / "s.json", scenario_with_lanes(3));
+  const auto r = testing::run_bih({"run", (dir / "s.json").string(), "--dry-run"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("bs=1: up to 3 engines at once"), std::string::npos) << r.output;
+  write_text(dir / "s.json", R"({"model": {"preset": "tiny"}, "backend": "cuda",
+      "parallel": {"tp": 2, "ranks": "nccl"}, "plan": {"solo_lanes": 4}})");
+  const auto nccl = testing::run_bih({"run", (dir / "s.json").string(), "--dry-run"});
+  EXPECT_NE(nccl.output.find("bs=1: one engine (plan.solo_lanes 4"), std::string::npos)
+      << nccl.output;
+  write_text(dir / "s.json", scenario_with_lanes(1));
+  const auto one = testing::run_bih({"run", (dir / "s.json").string(), "--dry-run"});
+  EXPECT_EQ(one.output.find("bs=1:"), std::string::npos) << one.output;
+}
+
 TEST(SoloLanes, OutOfRangeExitsTwoNamingTheField) {
   const auto dir = testing::fresh_dir("lanes-bad");
   for (const int lanes : {0, 17}) {
