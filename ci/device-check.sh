@@ -175,7 +175,8 @@ if stage matrix; then
   for ((i = 1; i <= MATRIX_JOBS; i++)); do
     matrix_dirs+=("$R/issue-56370-gpu/shard-$i")
     "$build/bih" run scenarios/issue-56370-gpu.json "${only[@]}" "${lanes[@]}" \
-      --shard "$i/$MATRIX_JOBS" --set localize=true --out "$R/issue-56370-gpu/shard-$i" >"$R/issue-56370-gpu-$i.txt" 2>&1 &
+      --shard "$i/$MATRIX_JOBS" --set localize=true --out "$R/issue-56370-gpu/shard-$i" \
+      >"$R/issue-56370-gpu-$i.txt" 2>&1 &
   done
   matrix_exit=0
   for ((i = 1; i <= MATRIX_JOBS; i++)); do wait -n || matrix_exit=$?; done

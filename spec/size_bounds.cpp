@@ -49,14 +49,18 @@ void check_kv_cache(const Scenario& s, const ModelConfig& c, const std::string& 
   if (!s.engine.is_bih() || s.backend != Backend::cpu) return;
   const auto available = available_memory_bytes();
   if (!available) return;
-  const uint64_t total = per_rank * static_cast<uint64_t>(s.tp);
+  // plan.solo_lanes: every lane's engine reserves its own cache (bih's CPU engine has emulated
+  // ranks, so every lane asked for runs).
+  const uint64_t lanes = static_cast<uint64_t>(s.plan.solo_lanes);
+  const uint64_t total = per_rank * static_cast<uint64_t>(s.tp) * lanes;
   const auto budget = static_cast<uint64_t>(static_cast<double>(*available) * kKvMemoryShare);
   if (total <= budget) return;
   const std::string formula =
       "2 (K, V) x " + std::to_string(c.num_layers) + " layers x " + std::to_string(c.num_kv_heads) +
       " KV heads x " + std::to_string(c.head_dim) + " head_dim x 2 bytes x " +
       std::to_string(o.max_model_len) + " max_model_len x " + std::to_string(o.max_num_seqs) +
-      " max_num_seqs" + (o.prefix_caching ? " x 2 (prefix cache)" : "");
+      " max_num_seqs" + (o.prefix_caching ? " x 2 (prefix cache)" : "") +
+      (lanes > 1 ? " x " + std::to_string(lanes) + " solo lanes" : "");
   throw ScenarioError(file, where,
                       "the KV cache this plan reserves up front, " + formula + " = " +
                           std::to_string(total) + " bytes (" + format_bytes(total) +
@@ -65,7 +69,8 @@ void check_kv_cache(const Scenario& s, const ModelConfig& c, const std::string& 
                           format_bytes(budget) +
                           "); valid: a smaller plan.max_model_len (it needs only the longest "
                           "prompt + max_tokens) " +
-                          "or plan.max_num_seqs (it needs only the largest batch size)");
+                          "or plan.max_num_seqs (it needs only the largest batch size)" +
+                          (lanes > 1 ? std::string(", or fewer plan.solo_lanes") : std::string()));
 }
 
 }  // namespace
