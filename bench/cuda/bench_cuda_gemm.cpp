@@ -25,7 +25,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -39,7 +38,6 @@
 #include "models/cuda/cuda_handles.hpp"
 #include "models/cuda/device_info.hpp"
 #include "models/cuda/gemm.hpp"
-#include "models/cuda/gemm_chunk_tree.hpp"
 #include "models/cuda/gemm_skinny.hpp"
 
 namespace {
@@ -168,70 +166,6 @@ void bench_skinny(benchmark::State& state, Shape s, int M) {
   state.SetLabel(s.name);
 }
 
-// GemvTpInvariant/<shape>/variant:V: the tp_invariant M=1 kernel `variant` (gemm_chunk_tree.hpp)
-// against variant 0 (what the family runs today), interleaved in one iteration, with the bits of
-// both compared on the same operands: bf16 outputs at TP=1 (8 chunks) and the fp32 partials of a
-// row-parallel TP=2 rank (K / 2, 4 chunks). bits_differ counts the outputs that differ.
-void bench_gemv_variant(benchmark::State& state, Shape s, int variant) {
-  const Operands operands(s, 1);
-  const auto run = [&](int v, const bf16* x, const bf16* w, void* y_bf16, float* y_f32, int K,
-                       int chunks) {
-    if (!bih::cuda::launch_chunk_tree_gemv_variant(v, x, w, y_bf16, y_f32, s.N, K, chunks,
-                                                   nullptr)) {
-      state.SkipWithError("variant does not serve this shape");
-      return false;
-    }
-    return true;
-  };
-  // The bits: bf16 at TP=1 and fp32 partials at a TP=2 rank's K.
-  double differ = 0;
-  {
-    DeviceBf16 y0(s.N), y1(s.N);
-    if (!run(0, operands.xs[0]->p, operands.ws[0]->p, y0.p, nullptr, s.K, 8)) return;
-    if (!run(variant, operands.xs[0]->p, operands.ws[0]->p, y1.p, nullptr, s.K, 8)) return;
-    std::vector<uint16_t> a(s.N), b(s.N);
-    cudaCheck(cudaMemcpy(a.data(), y0.p, s.N * 2, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(b.data(), y1.p, s.N * 2, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < s.N; ++i) differ += a[i] != b[i];
-    float* f0 = nullptr;
-    float* f1 = nullptr;
-    cudaCheck(cudaMalloc(reinterpret_cast<void**>(&f0), s.N * sizeof(float)));
-    cudaCheck(cudaMalloc(reinterpret_cast<void**>(&f1), s.N * sizeof(float)));
-    run(0, operands.xs[0]->p, operands.ws[0]->p, nullptr, f0, s.K / 2, 4);
-    run(variant, operands.xs[0]->p, operands.ws[0]->p, nullptr, f1, s.K / 2, 4);
-    std::vector<uint32_t> fa(s.N), fb(s.N);
-    cudaCheck(cudaMemcpy(fa.data(), f0, s.N * 4, cudaMemcpyDeviceToHost));
-    cudaCheck(cudaMemcpy(fb.data(), f1, s.N * 4, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < s.N; ++i) differ += fa[i] != fb[i];
-    cudaFree(f0);
-    cudaFree(f1);
-  }
-  const int reps = 200;
-  double base_seconds = 0.0;
-  double variant_seconds = 0.0;
-  for (auto _ : state) {
-    const double base = operands.time(
-        reps, [&](const bf16* x, const bf16* w, bf16* out) { run(0, x, w, out, nullptr, s.K, 8); });
-    const double own = operands.time(reps, [&](const bf16* x, const bf16* w, bf16* out) {
-      run(variant, x, w, out, nullptr, s.K, 8);
-    });
-    base_seconds += base;
-    variant_seconds += own;
-    state.SetIterationTime(own);
-  }
-  const double iterations = static_cast<double>(state.iterations());
-  state.counters["base_us"] = base_seconds / iterations * 1e6;
-  state.counters["variant_us"] = variant_seconds / iterations * 1e6;
-  state.counters["speedup"] = base_seconds / variant_seconds;
-  state.counters["weight_TBps"] =
-      static_cast<double>(operands.weight_bytes()) / (variant_seconds / iterations) * 1e-12;
-  state.counters["bits_differ"] = differ;
-  if (differ != 0)
-    std::fprintf(stderr, "GemvTpInvariant %s variant %d: %.0f outputs differ\n", s.name.c_str(),
-                 variant, differ);
-  state.SetLabel(s.name);
-}
-
 void bench_shape(benchmark::State& state, Shape s, int M) {
   const Operands operands(s, M);
   // Warm-up: pins the invariant algorithm, asks the vendor heuristic, loads the kernels.
@@ -342,16 +276,6 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(name.c_str(), bench_shape, s, m)
           ->UseManualTime()
           ->Iterations(20)
-          ->Unit(benchmark::kMicrosecond);
-    }
-  }
-  for (const Shape& s : kShapes) {
-    for (int variant : {4, 17, 18, 19, 20, 21, 22, 23, 24}) {
-      const std::string name =
-          std::string("GemvTpInvariant/") + s.name + "/variant:" + std::to_string(variant);
-      benchmark::RegisterBenchmark(name.c_str(), bench_gemv_variant, s, variant)
-          ->UseManualTime()
-          ->Iterations(5)
           ->Unit(benchmark::kMicrosecond);
     }
   }

@@ -7,14 +7,15 @@
 // L2. Memory: each step a thread reads 16 bytes of each weight row it owns (8 bf16: one product
 // per lane) and the same 16 bytes of each of its x rows.
 // - Decode (M <= 8, or any M whose rows are not 16-byte aligned): one column per thread, TM rows;
-//   at TM = 1 it reads kAhead steps before it adds, so a GEMV keeps bytes in flight. At M = 1 and
-//   fewer than 8192 columns, four threads share a column's chunk (the GEMV kernel).
+//   at TM = 1 it reads kAhead steps before it adds, so a GEMV keeps bytes in flight. At M = 1,
+//   outputs of 4096 columns or more stage the weight rows through shared memory in whole 128-byte
+//   lines (the staged GEMV kernel); narrower ones have four threads share a column's chunk (the
+//   GEMV kernel).
 // - Prefill (M > 8): 4 columns x 4 rows per thread, so each 16 bytes loaded feed 4 chains instead
 //   of re-reading x per column; measured on the H200 at qwen3-1.7b shapes, M=64: one step's GEMMs
 //   65.0 ms with one column x 8 rows, 36.1 ms with 2 columns x 8 rows, 29.7 ms with 4 x 4.
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -226,13 +227,14 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The GEMV kernel (M = 1, 16-byte aligned rows, N < 8192): kSplit threads share one (column,
+// The GEMV kernel (M = 1, 16-byte aligned rows, N < 4096): kSplit threads share one (column,
 // chunk) chain set, each owning kLanes / kSplit of its 8 lanes, which are independent chains until
 // the lane tree. So a 2048-wide output has kSplit times the threads of the kernel above to cover
 // HBM's latency with, and each thread asks for kBatch steps of w and x before it adds any.
 // Measured on the H200 (one step's M=1 GEMMs, tp_invariant): 2.61 ms with one thread per chain
 // set, 2.46 ms with kSplit 2, 2.32 ms with kSplit 4 (o_proj 11.2 -> 8.8 us, down 27.1 -> 18.8 us;
-// gate_up 29.6 -> 31.3 us, hence the N bound). The lane
+// gate_up 29.6 -> 31.3 us, hence the N bound); 32 steps ahead instead of 16: o_proj 8.74 ->
+// 8.36 us, down 18.8 -> 17.7 (reports/gpu/tp-invariant-gemv-2026-12-04). The lane
 // tree's first levels pair lanes held by different threads (lane j with j + 4, then j with j + 2
 // for the partial sums), finished by shuffles in the CPU's order; the rest is the thread's own.
 template <int kSplit>
@@ -247,13 +249,7 @@ struct SplitPiece<4> {
   }
 };
 
-__device__ __forceinline__ uint32_t load_hinted(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.b32 %0, [%1];\n" : "=r"(v) : "l"(p));
-  return v;
-}
-
-template <int kSplit, int kBatch, bool kHint = false>
+template <int kSplit, int kBatch>
 __global__ void __launch_bounds__(kThreads)
     chunk_tree_gemv_kernel(const uint16_t* __restrict__ x,  // [1, K]
                            const uint16_t* __restrict__ w,  // [N, K]
@@ -282,11 +278,7 @@ __global__ void __launch_bounds__(kThreads)
     Word xv[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      if constexpr (kHint) {
-        wv[b] = load_hinted(w_at + (step + b) * kStride);
-      } else {
-        wv[b] = __ldg(w_at + (step + b) * kStride);
-      }
+      wv[b] = __ldg(w_at + (step + b) * kStride);
       xv[b] = __ldg(x_at + (step + b) * kStride);
     }
 #pragma unroll
@@ -339,7 +331,10 @@ __global__ void __launch_bounds__(kThreads)
 // four lines), kP stages deep, and thread t then owns the (row, chunk) chain set t as in the
 // one-thread kernel: 16 bytes of its own row per step, from shared memory. The global loads of
 // the register kernels touch 32 rows per warp instruction (16 bytes of each); here every request
-// is a whole line, and kP - 1 stages are in flight while one is added.
+// is a whole line, and kP - 1 stages are in flight while one is added. Launched as 256 threads,
+// 8 steps a stage, 3 stages: the fastest of 13 configurations measured on the H200; persistent
+// blocks and one bulk copy per chain set and stage were slower (reports/gpu/tp-invariant-gemv-
+// 2026-12-04).
 // Shared memory: ring [kP][kT][kS + 1] uint4 (one pad per chain set keeps 8 consecutive threads
 // on distinct banks), then x [chunks][steps + 1] uint4.
 template <int kT, int kS, int kP>
@@ -410,14 +405,16 @@ __global__ void __launch_bounds__(kT)
   finish_chunk_tree<1>(acc, c, chunks, n, 0, 1, N, y_bf16, y_f32);
 }
 
+// False where the block's shared memory would exceed what the device allows (a K far beyond the
+// presets'); the caller then runs the register kernel, whose bits are the same.
 template <int kT, int kS, int kP>
-void launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K,
+bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K,
                         int chunks, cudaStream_t stream) {
   const int steps = K / chunks / kLanes;
   const size_t bytes =
       (static_cast<size_t>(kP) * kT * (kS + 1) + static_cast<size_t>(chunks) * (steps + 1)) *
       sizeof(uint4);
-  static const int max_bytes = [] {
+  static const int max_bytes = [] {  // once per process (bih drives one device per process)
     int device = 0;
     int optin = 0;
     cudaCheck(cudaGetDevice(&device));
@@ -426,264 +423,20 @@ void launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     return optin;
   }();
-  if (bytes > static_cast<size_t>(max_bytes)) {
-    throw std::runtime_error("launch_chunk_tree_gemm: staged GEMV needs " + std::to_string(bytes) +
-                             " bytes of shared memory, the device has " +
-                             std::to_string(max_bytes));
-  }
+  if (bytes > static_cast<size_t>(max_bytes)) return false;
   const int rows = kT / chunks;
   chunk_tree_gemv_staged_kernel<kT, kS, kP><<<(N + rows - 1) / rows, kT, bytes, stream>>>(
       static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
       static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks);
   cudaCheck(cudaGetLastError());
+  return true;
 }
 
-// The persistent staged GEMV: as above, but a block walks row groups blockIdx.x, + gridDim.x, ...
-// and its ring runs on across them, so a block's pipeline never drains between row groups.
-template <int kT, int kS, int kP>
-__global__ void __launch_bounds__(kT)
-    chunk_tree_gemv_persistent_kernel(const uint16_t* __restrict__ x,  // [1, K]
-                                      const uint16_t* __restrict__ w,  // [N, K]
-                                      uint16_t* __restrict__ y_bf16,   // [1, N] or null
-                                      float* __restrict__ y_f32,       // [1, N] or null
-                                      int N, int K, int chunks) {
-  extern __shared__ uint4 staged[];
-  const int chunk_len = K / chunks;
-  const int steps = chunk_len / kLanes;
-  const int stages = (steps + kS - 1) / kS;
-  const int t = threadIdx.x;
-  const int c = t % chunks;
-  const int rows = kT / chunks;
-  const int groups = (N + rows - 1) / rows;
-  const int my_groups = (groups - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
-  const int items = my_groups * stages;
-  uint4* ring = staged;
-  uint4* xs = staged + kP * kT * (kS + 1);
-  const uint4* xg = reinterpret_cast<const uint4*>(x);
-  const uint4* wg = reinterpret_cast<const uint4*>(w);
-  for (int i = t; i < K / kLanes; i += kT) {
-    ptx::cp_async_16<0>(ptx::shared_address(xs + i / steps * (steps + 1) + i % steps), xg + i);
-  }
-  const auto issue = [&](int item) {
-    const int group = static_cast<int>(blockIdx.x) + item / stages * static_cast<int>(gridDim.x);
-    const int g = item % stages;
-    uint4* buffer = ring + (item % kP) * kT * (kS + 1);
-#pragma unroll
-    for (int q = 0; q < kS; ++q) {
-      const int i = t + kT * q;
-      const int p = i / kS;
-      const int j = i % kS;
-      const int step = g * kS + j;
-      if (step < steps) {
-        const size_t row = static_cast<size_t>(min(group * rows + p / chunks, N - 1));
-        const uint4* src = wg + (row * K + static_cast<size_t>(p % chunks) * chunk_len) / kLanes;
-        ptx::cp_async_16<0>(ptx::shared_address(buffer + p * (kS + 1) + j), src + step);
-      }
-    }
-  };
-#pragma unroll
-  for (int i = 0; i < kP - 1; ++i) {
-    if (i < items) issue(i);
-    ptx::cp_async_commit();
-  }
-  float acc[1][kLanes];
-#pragma unroll
-  for (int j = 0; j < kLanes; ++j) acc[0][j] = 0.0f;
-  const uint4* x_chunk = xs + c * (steps + 1);
-  for (int item = 0; item < items; ++item) {
-    ptx::cp_async_wait<kP - 2>();
-    __syncthreads();
-    if (item + kP - 1 < items) issue(item + kP - 1);
-    ptx::cp_async_commit();
-    const int g = item % stages;
-    const uint4* mine = ring + ((item % kP) * kT + t) * (kS + 1);
-#pragma unroll
-    for (int j = 0; j < kS; ++j) {
-      const int step = g * kS + j;
-      if (step < steps) {
-        float wf[kLanes], xf[kLanes];
-        unpack8(mine[j], wf);
-        unpack8(x_chunk[step], xf);
-        accumulate(acc[0], xf, wf);
-      }
-    }
-    if (g == stages - 1) {
-      const int group = static_cast<int>(blockIdx.x) + item / stages * static_cast<int>(gridDim.x);
-      finish_chunk_tree<1>(acc, c, chunks, group * rows + t / chunks, 0, 1, N, y_bf16, y_f32);
-#pragma unroll
-      for (int j = 0; j < kLanes; ++j) acc[0][j] = 0.0f;
-    }
-  }
-}
-
-template <int kT, int kS, int kP>
-void launch_gemv_persistent(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K,
-                            int chunks, cudaStream_t stream) {
-  const int steps = K / chunks / kLanes;
-  const size_t bytes =
-      (static_cast<size_t>(kP) * kT * (kS + 1) + static_cast<size_t>(chunks) * (steps + 1)) *
-      sizeof(uint4);
-  static const int sms = [] {
-    int device = 0;
-    int optin = 0;
-    int count = 0;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    cudaCheck(cudaFuncSetAttribute(chunk_tree_gemv_persistent_kernel<kT, kS, kP>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    return count;
-  }();
-  int per_sm = 0;
-  cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, chunk_tree_gemv_persistent_kernel<kT, kS, kP>, kT, bytes));
-  const int rows = kT / chunks;
-  const int groups = (N + rows - 1) / rows;
-  const int blocks = std::max(1, std::min(groups, per_sm * sms));
-  chunk_tree_gemv_persistent_kernel<kT, kS, kP><<<blocks, kT, bytes, stream>>>(
-      static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-      static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks);
-  cudaCheck(cudaGetLastError());
-}
-
-// The bulk-copy GEMV: persistent as above, but thread t's own (row, chunk) stage comes by one
-// bulk copy (the copy engine, kS * 16 contiguous bytes) that completes on the thread's own
-// mbarrier for that ring slot; no thread reads another's bytes, so there is no block barrier.
-__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes,
-                                          uint32_t bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-               : "memory");
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred p;\nwait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra wait_%=;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-template <int kT, int kS, int kP>
-__global__ void __launch_bounds__(kT)
-    chunk_tree_gemv_bulk_kernel(const uint16_t* __restrict__ x,  // [1, K]
-                                const uint16_t* __restrict__ w,  // [N, K]
-                                uint16_t* __restrict__ y_bf16,   // [1, N] or null
-                                float* __restrict__ y_f32,       // [1, N] or null
-                                int N, int K, int chunks) {
-  extern __shared__ uint4 staged[];
-  const int chunk_len = K / chunks;
-  const int steps = chunk_len / kLanes;
-  const int stages = (steps + kS - 1) / kS;
-  const int t = threadIdx.x;
-  const int c = t % chunks;
-  const int rows = kT / chunks;
-  const int groups = (N + rows - 1) / rows;
-  const int my_groups = (groups - static_cast<int>(blockIdx.x) + gridDim.x - 1) / gridDim.x;
-  const int items = my_groups * stages;
-  uint4* ring = staged;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(staged + kP * kT * (kS + 1));  // [kP][kT]
-  uint4* xs = reinterpret_cast<uint4*>(bars + kP * kT);
-#pragma unroll
-  for (int slot = 0; slot < kP; ++slot) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(
-        ptx::shared_address(bars + slot * kT + t)));
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::
-                   : "memory");
-  const uint4* xg = reinterpret_cast<const uint4*>(x);
-  for (int i = t; i < K / kLanes; i += kT) {
-    ptx::cp_async_16<0>(ptx::shared_address(xs + i / steps * (steps + 1) + i % steps), xg + i);
-  }
-  ptx::cp_async_commit();
-  const auto issue = [&](int item) {
-    const int group = static_cast<int>(blockIdx.x) + item / stages * static_cast<int>(gridDim.x);
-    const int g = item % stages;
-    const int slot = item % kP;
-    const size_t row = static_cast<size_t>(min(group * rows + t / chunks, N - 1));
-    const uint16_t* src = w + row * K + static_cast<size_t>(c) * chunk_len + g * kS * kLanes;
-    const uint32_t bytes = static_cast<uint32_t>(min(kS, steps - g * kS)) * 16u;
-    bulk_copy(ptx::shared_address(ring + (slot * kT + t) * (kS + 1)), src, bytes,
-              ptx::shared_address(bars + slot * kT + t));
-  };
-#pragma unroll
-  for (int i = 0; i < kP - 1; ++i) {
-    if (i < items) issue(i);
-  }
-  ptx::cp_async_wait<0>();
-  __syncthreads();
-  float acc[1][kLanes];
-#pragma unroll
-  for (int j = 0; j < kLanes; ++j) acc[0][j] = 0.0f;
-  const uint4* x_chunk = xs + c * (steps + 1);
-  for (int item = 0; item < items; ++item) {
-    const int slot = item % kP;
-    bar_wait(ptx::shared_address(bars + slot * kT + t), (item / kP) & 1);
-    if (item + kP - 1 < items) {
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      issue(item + kP - 1);
-    }
-    const int g = item % stages;
-    const uint4* mine = ring + (slot * kT + t) * (kS + 1);
-#pragma unroll
-    for (int j = 0; j < kS; ++j) {
-      const int step = g * kS + j;
-      if (step < steps) {
-        float wf[kLanes], xf[kLanes];
-        unpack8(mine[j], wf);
-        unpack8(x_chunk[step], xf);
-        accumulate(acc[0], xf, wf);
-      }
-    }
-    if (g == stages - 1) {
-      const int group = static_cast<int>(blockIdx.x) + item / stages * static_cast<int>(gridDim.x);
-      finish_chunk_tree<1>(acc, c, chunks, group * rows + t / chunks, 0, 1, N, y_bf16, y_f32);
-#pragma unroll
-      for (int j = 0; j < kLanes; ++j) acc[0][j] = 0.0f;
-    }
-  }
-}
-
-template <int kT, int kS, int kP>
-void launch_gemv_bulk(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K,
-                      int chunks, cudaStream_t stream) {
-  const int steps = K / chunks / kLanes;
-  const size_t bytes =
-      (static_cast<size_t>(kP) * kT * (kS + 1) + static_cast<size_t>(chunks) * (steps + 1)) *
-          sizeof(uint4) +
-      static_cast<size_t>(kP) * kT * sizeof(uint64_t);
-  static const int sms = [] {
-    int device = 0;
-    int optin = 0;
-    int count = 0;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-    cudaCheck(cudaFuncSetAttribute(chunk_tree_gemv_bulk_kernel<kT, kS, kP>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
-    return count;
-  }();
-  int per_sm = 0;
-  cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, chunk_tree_gemv_bulk_kernel<kT, kS, kP>, kT, bytes));
-  const int rows = kT / chunks;
-  const int groups = (N + rows - 1) / rows;
-  const int blocks = std::max(1, std::min(groups, per_sm * sms));
-  chunk_tree_gemv_bulk_kernel<kT, kS, kP><<<blocks, kT, bytes, stream>>>(
-      static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-      static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks);
-  cudaCheck(cudaGetLastError());
-}
-
-template <int kSplit, int kBatch = 16, bool kHint = false>
+template <int kSplit>
 void launch_gemv(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K, int chunks,
                  cudaStream_t stream) {
   const int columns_per_block = kThreads / (kSplit * chunks);
-  chunk_tree_gemv_kernel<kSplit, kBatch, kHint>
+  chunk_tree_gemv_kernel<kSplit, 32>
       <<<(N + columns_per_block - 1) / columns_per_block, kThreads, 0, stream>>>(
           static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
           static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks);
@@ -729,100 +482,18 @@ void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y
   const bool vector = (K / chunks) % kLanes == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
   if (M > 8 && vector) return launch_tiled<4, 4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-  // Narrow outputs have too few (column, chunk) chain sets to fill the GPU one thread each; from
-  // 8192 columns on, the one-thread kernel is as fast (gate_up, lm_head: measured).
-  if (M == 1 && vector && N < 8192)
-    return launch_gemv<4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
+  // M = 1, measured on the H200 at qwen3-1.7b's shapes (reports/gpu/tp-invariant-gemv-2026-12-04):
+  // from 4096 columns on the staged kernel (qkv 12.5 -> 10.7 us, gate_up 29.5 -> 24.4, lm_head
+  // 310 -> 191); narrower outputs have too few chain sets to fill the GPU from shared memory, and
+  // the four-threads-per-chain-set register kernel is faster there (o_proj 8.4 us, down 17.7).
+  if (M == 1 && vector && N >= 4096 &&
+      launch_gemv_staged<256, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream))
+    return;
+  if (M == 1 && vector) return launch_gemv<4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
   if (M == 1) return launch_tm<1>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   if (M == 2) return launch_tm<2>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   if (M <= 4) return launch_tm<4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   launch_tm<8>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
-}
-
-bool launch_chunk_tree_gemv_variant(int variant, const void* x, const void* w, void* y_bf16,
-                                    float* y_f32, int N, int K, int chunks, cudaStream_t stream) {
-  const bool vector = (K / chunks) % kLanes == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  if (!vector) return false;
-  switch (variant) {
-    case 0:
-      launch_chunk_tree_gemm(x, w, y_bf16, y_f32, 1, N, K, chunks, stream);
-      return true;
-    case 1:
-      launch_gemv_staged<128, 8, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 2:
-      launch_gemv_staged<128, 4, 6>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 3:
-      launch_gemv_staged<64, 8, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 4:
-      launch_gemv_staged<256, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 5:
-      launch_gemv_staged<128, 8, 6>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 6:
-      launch_gemv_staged<64, 4, 8>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 7:
-      launch_gemv_persistent<128, 8, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 8:
-      launch_gemv_persistent<256, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 9:
-      launch_gemv_persistent<128, 8, 6>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 10:
-      launch_gemv_persistent<256, 4, 6>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 11:
-      launch_gemv_persistent<64, 8, 6>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 12:
-      launch_gemv_bulk<128, 8, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 13:
-      launch_gemv_bulk<128, 16, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 14:
-      launch_gemv_bulk<256, 8, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 15:
-      launch_gemv_bulk<128, 8, 8>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 16:
-      launch_gemv_bulk<64, 8, 8>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 17:
-      launch_gemv_staged<256, 8, 2>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 18:
-      launch_gemv_staged<512, 8, 2>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 19:
-      launch_gemv_staged<256, 16, 2>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 20:
-      launch_gemv_staged<512, 4, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 21:
-      launch_gemv_staged<256, 4, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 22:
-      launch_gemv<4, 32>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 23:
-      launch_gemv<4, 16, true>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    case 24:
-      launch_gemv<4, 8>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-      return true;
-    default:
-      return false;
-  }
 }
 
 }  // namespace bih::cuda

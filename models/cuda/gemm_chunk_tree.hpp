@@ -22,10 +22,4 @@ namespace bih::cuda {
 void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N,
                             int K, int chunks, cudaStream_t stream);
 
-// For side-by-side measurement (bench_cuda_gemm's GemvTpInvariant rows): M = 1 by kernel
-// `variant` (0: what launch_chunk_tree_gemm picks; 1..6: the staged kernel's configurations).
-// False where the variant does not exist or the operands are not 16-byte aligned.
-bool launch_chunk_tree_gemv_variant(int variant, const void* x, const void* w, void* y_bf16,
-                                    float* y_f32, int N, int K, int chunks, cudaStream_t stream);
-
 }  // namespace bih::cuda

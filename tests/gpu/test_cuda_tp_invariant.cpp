@@ -3,6 +3,7 @@
 //
 // - The GEMM is bit for bit the CPU family (models/cpu/gemm.cpp) on every GEMM shape of qwen3-1.7b
 //   at M = 1, 7, 64 and 513, and every row of a batch is bitwise the row computed alone.
+// - Wide M = 1 outputs (the staged GEMV) at chunk lengths below, across and beyond one stage.
 // - A row-parallel rank's fp32 partial is bitwise the CPU's subtree at TP 2, 4 and 8, and the
 //   emulated GPU group's tree collectives are bitwise the host's tree_f32_sum.
 // - The engine (tiny model, emulated ranks on one GPU) at TP 1, 2, 4 and 8, with SP, graphs, the
@@ -177,6 +178,59 @@ TEST(CudaTpInvariantGemm, SmallAndUnalignedShapesEqualTheCpuAtEveryM) {
         }
         EXPECT_EQ(differ32, 0) << shape.name << " M=" << M << " partial of " << chunks << " chunks";
       }
+    }
+  }
+}
+
+// M = 1 from 4096 columns on runs the staged GEMV (gemm_chunk_tree.cu): a column count that
+// leaves the last block part empty, chunk lengths of 3, 13 and 40 steps of 8 (less than one
+// stage of 8 steps, a partial last stage, several stages), bf16 outputs and every rank's fp32
+// partial (1, 2 and 4 chunks), each bitwise the CPU on every column. Small enough for
+// compute-sanitizer (SANITIZE_FILTER=CudaTpInvariantGemm.Staged*).
+TEST(CudaTpInvariantGemm, StagedGemvEqualsTheCpuOnWideOutputs) {
+  BIH_SKIP_WITHOUT_GPU();
+  cuda::CudaGemm gemm;
+  const int N = 4096 + 13;
+  for (int steps : {3, 13, 40}) {
+    const int K = kTpInvariantChunks * 8 * steps;
+    const std::vector<bf16> w = random_bf16(static_cast<size_t>(N) * K, 21 + steps);
+    const std::vector<bf16> x = random_bf16(K, 22 + steps);
+    const DeviceBuffer<bf16> w_dev(w), x_dev(x);
+    DeviceBuffer<bf16> y_dev(N);
+    gemm.gemm(KernelFamily::tp_invariant, x_dev.get(), w_dev.get(), y_dev.get(), 1, N, K, nullptr);
+    std::vector<bf16> want(N);
+    cpu::gemm(KernelFamily::tp_invariant, x.data(), w.data(), want.data(), 1, N, K);
+    const std::vector<bf16> got = y_dev.download(0, N);
+    int differ = 0;
+    std::string first;
+    for (int n = 0; n < N; ++n) {
+      if (got[n].bits != want[n].bits && differ++ == 0) {
+        first =
+            "col " + std::to_string(n) + ": gpu " + hex(got[n].bits) + " cpu " + hex(want[n].bits);
+      }
+    }
+    EXPECT_EQ(differ, 0) << "K=" << K << ": " << differ << " of " << N << " differ; first "
+                         << first;
+    for (int chunks : {1, 2, 4}) {  // a rank's dense copy of the first K * chunks / 8 columns
+      const int K_local = K * chunks / kTpInvariantChunks;
+      std::vector<bf16> w_local(static_cast<size_t>(N) * K_local);
+      for (int n = 0; n < N; ++n) {
+        std::memcpy(w_local.data() + static_cast<size_t>(n) * K_local,
+                    w.data() + static_cast<size_t>(n) * K, K_local * sizeof(bf16));
+      }
+      const DeviceBuffer<bf16> wl_dev(w_local);
+      DeviceBuffer<float> p_dev(N);
+      gemm.gemm_tp_invariant_partial(x_dev.get(), wl_dev.get(), p_dev.get(), 1, N, K_local, chunks,
+                                     nullptr);
+      std::vector<float> want32(N);
+      cpu::gemm_tp_invariant_partial(x.data(), w_local.data(), want32.data(), 1, N, K_local,
+                                     chunks);
+      const std::vector<float> got32 = p_dev.download(0, N);
+      int differ32 = 0;
+      for (int n = 0; n < N; ++n) {
+        differ32 += std::bit_cast<uint32_t>(got32[n]) != std::bit_cast<uint32_t>(want32[n]);
+      }
+      EXPECT_EQ(differ32, 0) << "K=" << K_local << " partial of " << chunks << " chunks";
     }
   }
 }
