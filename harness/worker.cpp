@@ -13,6 +13,7 @@
 
 #include "base/atomic_file.hpp"
 #include "base/errors.hpp"
+#include "base/fatal_signal.hpp"
 #include "engines/registry.hpp"
 #include "harness/generation.hpp"
 #include "harness/solo_lanes.hpp"
@@ -59,6 +60,8 @@ std::string generation_file_name(const std::string& label) {
 }
 
 int run_worker(const WorkerArgs& args) {
+  // A crash says where in the report ("bih worker: fatal signal 11 ..." and its frames).
+  report_fatal_signals("bih worker");
   const nlohmann::json resolved = read_json_file(args.scenario_file);
   const Scenario s = scenario_from_json(resolved, args.scenario_file);
   const Plan plan = make_plan(s.plan, s.prefix_caching, s.compare);

@@ -48,6 +48,12 @@ TEST(Driver, CrashedWorkerIsAnErrorAndTheRunGoesOn) {
       << crash.at("reason");
   const auto abort = report_by_fault(dir / "out", "abort");
   EXPECT_NE(abort.at("reason").get<std::string>().find("signal 6"), std::string::npos);
+  // The worker says where it died (base/fatal_signal): the signal and its frames.
+  const std::string abort_reason = abort.at("reason").get<std::string>();
+  EXPECT_NE(abort_reason.find("bih worker: fatal signal 6 (ABRT)"), std::string::npos)
+      << abort_reason;
+  EXPECT_NE(abort_reason.find("bih(main+0x"), std::string::npos)
+      << "the frames (binary, symbol or offset) reach main: " << abort_reason;
   const auto exit = report_by_fault(dir / "out", "exit");
   EXPECT_NE(exit.at("reason").get<std::string>().find("status 7"), std::string::npos);
   EXPECT_NE(exit.at("reason").get<std::string>().find("debug.fault=exit"), std::string::npos)
