@@ -3,9 +3,12 @@
 // Every request still runs alone: lane k's engine gets prompts k, k + lanes, k + 2 lanes, ...,
 // one batch of one at a time, so each request's bits are those of a bs=1 run (the engines are
 // deterministic and share nothing they write). Lane 0 is the worker's own engine, on the calling
-// thread; every other lane makes its engine the same way on a thread of its own (so the loads
-// overlap lane 0's work) and shuts it down when its prompts are done. The first failure stops
-// every lane before its next request and is rethrown once all have stopped.
+// thread; every other lane makes its engine the same way on a thread of its own. The lanes make
+// their engines (side by side), then generate, then shut down, each phase done on every lane
+// before the next begins: making or shutting down a CUDA engine while another captures a graph
+// on the same GPU invalidates that capture. The first failure stops every lane before its next
+// request (or skips the generating if an engine could not be made) and is rethrown once all
+// lanes' engines are shut down.
 #pragma once
 
 #include <functional>
