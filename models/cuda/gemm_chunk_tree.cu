@@ -332,11 +332,10 @@ __global__ void __launch_bounds__(kThreads)
 // one-thread kernel: 16 bytes of its own row per step, from shared memory. The global loads of
 // the register kernels touch 32 rows per warp instruction (16 bytes of each); here every request
 // is a whole line, and kP - 1 stages are in flight while one is added. Launched as 256 threads,
-// 8 steps a stage, 3 stages: the fastest of 13 configurations measured on the H200; persistent
-// blocks and one bulk copy per chain set and stage were slower (reports/gpu/tp-invariant-gemv-
-// 2026-12-04).
-// Shared memory: ring [kP][kT][kS + 1] uint4 (one pad per chain set keeps 8 consecutive threads
-// on distinct banks), then x [chunks][steps + 1] uint4.
+// 8 steps a stage, 3 stages: the fastest of 21 shared-memory configurations measured on the H200;
+// persistent blocks and one bulk copy per chain set and stage were slower
+// (reports/gpu/tp-invariant-gemv-2026-12-04). Shared memory: ring [kP][kT][kS + 1] uint4 (one pad
+// per chain set keeps 8 consecutive threads on distinct banks), then x [chunks][steps + 1] uint4.
 template <int kT, int kS, int kP>
 __global__ void __launch_bounds__(kT)
     chunk_tree_gemv_staged_kernel(const uint16_t* __restrict__ x,  // [1, K]
