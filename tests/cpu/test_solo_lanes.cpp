@@ -3,9 +3,22 @@
 // bih's own engine with emulated ranks runs more than one lane.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
+#include "base/errors.hpp"
+#include "engines/engine.hpp"
 #include "harness/generation.hpp"
 #include "harness/solo_lanes.hpp"
 #include "run_bih.hpp"
@@ -49,6 +62,121 @@ LanesRun run_with_lanes(const std::filesystem::path& dir, int lanes) {
 }
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// An engine that records when it is made, used and shut down (run_solo_lanes' phases).
+class RecordingEngine : public TestedEngine {
+ public:
+  RecordingEngine(int lane, std::function<void(std::string)> log)
+      : lane_(lane), log_(std::move(log)) {}
+  const EngineIdentity& identity() const override { return identity_; }
+  EngineCapabilities capabilities() const override { return {}; }
+  int vocab_size() const override { return 16; }
+  std::string model_hash() override { return "recording"; }
+  std::vector<SequenceResult> generate(const std::vector<std::vector<int32_t>>&, int,
+                                       GenerateStats*, const ProgressFn&) override {
+    return {};
+  }
+  void shutdown() override { log_("shutdown " + std::to_string(lane_)); }
+  int lane() const { return lane_; }
+
+ private:
+  int lane_;
+  std::function<void(std::string)> log_;
+  EngineIdentity identity_{"bih", "recording", "1"};
+};
+
+struct LaneLog {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  void add(std::string event) {
+    const std::lock_guard lock(mutex);
+    events.push_back(std::move(event));
+  }
+  // Index of the first and last event starting with `prefix` (-1 when none).
+  std::pair<int, int> span(const std::string& prefix) const {
+    int first = -1, last = -1;
+    for (int i = 0; i < static_cast<int>(events.size()); ++i) {
+      if (events[i].rfind(prefix, 0) != 0) continue;
+      if (first < 0) first = i;
+      last = i;
+    }
+    return {first, last};
+  }
+};
+
+// On a GPU, making or shutting down an engine while another lane captures a CUDA graph
+// invalidates that capture (docs/solo-lanes.md), so no engine may be made while any lane runs a
+// request, nor shut down before the last request is done. The make and the requests take a
+// while, so overlapping phases would interleave in the log.
+TEST(SoloLanes, EnginesAreMadeBeforeAnyRequestRunsAndShutDownAfterTheLast) {
+  LaneLog log;
+  const auto add = [&](std::string e) { log.add(std::move(e)); };
+  RecordingEngine own(0, add);
+  std::atomic<int> next_lane{1};
+  GenerateStats stats;
+  std::vector<int> ran(9, 0);
+  run_solo_lanes(
+      own,
+      [&] {
+        const int lane = next_lane++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(30 * lane));
+        add("make " + std::to_string(lane));
+        return std::make_unique<RecordingEngine>(lane, add);
+      },
+      3, 9,
+      [&](TestedEngine& e, int i, GenerateStats& into) {
+        add("run " + std::to_string(i) + " on " +
+            std::to_string(static_cast<RecordingEngine&>(e).lane()));
+        ++ran[i];
+        ++into.steps;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      },
+      [](int) {}, stats);
+  const auto makes = log.span("make ");
+  const auto runs = log.span("run ");
+  const auto shutdowns = log.span("shutdown ");
+  ASSERT_GE(makes.first, 0);
+  ASSERT_GE(runs.first, 0);
+  EXPECT_LT(makes.second, runs.first) << "an engine was made while a request ran";
+  EXPECT_GT(shutdowns.first, runs.second) << "an engine was shut down before the last request";
+  EXPECT_EQ(log.span("shutdown 0").first, -1) << "the worker's own engine is the worker's to stop";
+  EXPECT_EQ(std::count_if(log.events.begin(), log.events.end(),
+                          [](const std::string& e) { return e.rfind("shutdown ", 0) == 0; }),
+            2);
+  EXPECT_EQ(ran, std::vector<int>(9, 1)) << "every request exactly once";
+  EXPECT_EQ(stats.steps, 9);
+}
+
+// A lane that cannot make its engine: no request runs, the engines that were made are shut down,
+// and the error names the lane.
+TEST(SoloLanes, ALaneThatCannotMakeItsEngineStopsEveryLaneBeforeAnyRequest) {
+  LaneLog log;
+  const auto add = [&](std::string e) { log.add(std::move(e)); };
+  RecordingEngine own(0, add);
+  std::atomic<int> next_lane{1};
+  GenerateStats stats;
+  std::string error;
+  try {
+    run_solo_lanes(
+        own,
+        [&]() -> std::unique_ptr<TestedEngine> {
+          const int lane = next_lane++;
+          if (lane == 2) throw std::runtime_error("out of device memory");
+          return std::make_unique<RecordingEngine>(lane, add);
+        },
+        3, 9, [&](TestedEngine&, int i, GenerateStats&) { add("run " + std::to_string(i)); },
+        [](int) {}, stats);
+  } catch (const InfraError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("could not make its engine: out of device memory"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find(" of 3 "), std::string::npos) << error;
+  EXPECT_EQ(log.span("run ").first, -1) << "no request may run when a lane has no engine";
+  EXPECT_EQ(log.span("shutdown ").first, log.span("shutdown ").second)
+      << "the one engine that was made is shut down once";
+  EXPECT_GE(log.span("shutdown ").first, 0);
+}
 
 TEST(SoloLanes, GiveTheBitsOfOneEngineInEachPromptsOwnSlot) {
   const LanesRun one = run_with_lanes(testing::fresh_dir("lanes-1"), 1);
