@@ -11,6 +11,18 @@
 #include <atomic>
 #include <cstdlib>
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BIH_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(BIH_ASAN)
+#define BIH_ASAN 1
+#endif
+#ifndef BIH_ASAN
+#define BIH_ASAN 0
+#endif
+
 namespace bih {
 namespace {
 
@@ -27,6 +39,10 @@ void write_text(const char* text) {
   }
 }
 
+// The driver quotes a dead worker's last 12 stderr lines (harness/driver.cpp), so the frames come
+// first, innermost first and at most kFrames of them, and the line that names the signal last.
+constexpr int kFrames = 10;
+
 void on_fatal_signal(int sig) {
   char number[16];
   int at = sizeof number - 1;
@@ -34,15 +50,17 @@ void on_fatal_signal(int sig) {
   for (int v = sig; v > 0 || at == static_cast<int>(sizeof number) - 1; v /= 10) {
     number[--at] = static_cast<char>('0' + v % 10);
   }
+  void* frames[kFrames + 1];
+  const int count = backtrace(frames, kFrames + 1);
+  if (count > 1) backtrace_symbols_fd(frames + 1, count - 1, STDERR_FILENO);  // not this handler
   write_text(g_who);
   write_text(": fatal signal ");
   write_text(number + at);
   write_text(" (");
   write_text(sigabbrev_np(sig) != nullptr ? sigabbrev_np(sig) : "?");
-  write_text("); the faulting thread's frames (addr2line -f -C -e BINARY OFFSET names each):\n");
-  void* frames[64];
-  const int count = backtrace(frames, 64);
-  backtrace_symbols_fd(frames, count, STDERR_FILENO);
+  write_text(
+      "); the faulting thread's innermost frames are the stderr lines just before this one "
+      "(addr2line -f -C -e BINARY OFFSET names each)\n");
   // SA_RESETHAND restored the default action: the process ends by this signal, as it would have.
   raise(sig);
 }
@@ -64,7 +82,7 @@ void report_fatal_signals(const char* who) {
   action.sa_handler = on_fatal_signal;
   action.sa_flags = SA_RESETHAND | SA_ONSTACK;
   sigemptyset(&action.sa_mask);
-#if defined(__SANITIZE_ADDRESS__)
+#if BIH_ASAN
   // ASan reports its own SEGV, BUS and FPE (with shadow memory in the report): leave them to it.
   for (int sig : {SIGILL, SIGABRT}) sigaction(sig, &action, nullptr);
 #else
