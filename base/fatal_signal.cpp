@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
 
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
@@ -44,12 +43,14 @@ void write_text(const char* text) {
 constexpr int kFrames = 10;
 
 void on_fatal_signal(int sig) {
-  char number[16];
+  char number[16];  // the signal's number in decimal, without snprintf (not signal-safe)
   int at = sizeof number - 1;
   number[at] = '\0';
-  for (int v = sig; v > 0 || at == static_cast<int>(sizeof number) - 1; v /= 10) {
+  int v = sig;
+  do {
     number[--at] = static_cast<char>('0' + v % 10);
-  }
+    v /= 10;
+  } while (v > 0);
   void* frames[kFrames + 1];
   const int count = backtrace(frames, kFrames + 1);
   if (count > 1) backtrace_symbols_fd(frames + 1, count - 1, STDERR_FILENO);  // not this handler

@@ -18,8 +18,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include "models/cuda/bf16_bits.cuh"
 #include "models/cuda/check.hpp"
