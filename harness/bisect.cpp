@@ -558,8 +558,7 @@ int bisect_command(const BisectOptions& options) {
     std::printf("%s\n", format_trial(t).c_str());
     std::fflush(stdout);
   });
-  std::error_code ec;
-  fs::remove(fs::path(options.out_dir) / "work", ec);  // only when empty
+  remove_work_folder_if_done(options.out_dir);
 
   const int runs = static_cast<int>(std::count_if(outcome.trials.begin(), outcome.trials.end(),
                                                   [](const Trial& t) { return t.verdict; }));

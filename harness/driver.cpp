@@ -28,6 +28,7 @@
 #include "harness/report_set.hpp"
 #include "harness/run_inputs.hpp"
 #include "harness/table.hpp"
+#include "harness/weights_hash_cache.hpp"
 #include "harness/worker.hpp"
 #include "spec/plan.hpp"
 #include "spec/scenario_file.hpp"
@@ -160,6 +161,13 @@ void parse_shard(const std::string& text, int& index, int& count) {
   if (count < 1 || index < 1 || index > count) {
     throw InputError("--shard " + text + ": valid: 1 <= I <= N, e.g. --shard 1/4 .. 4/4");
   }
+}
+
+void remove_work_folder_if_done(const std::string& out_dir) {
+  const fs::path work = fs::path(out_dir) / "work";
+  std::error_code ec;
+  fs::remove(weights_hash_cache_file(work.string()), ec);
+  fs::remove(work, ec);  // only when empty (no --keep-work dumps, no kept failures)
 }
 
 ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options,
@@ -613,8 +621,7 @@ int run_command(const RunOptions& options) {
       exit_code = std::max(exit_code, o.verdict == Verdict::error ? 3 : 1);
     }
   }
-  std::error_code ec;
-  fs::remove(fs::path(options.out_dir) / "work", ec);  // only when empty (no --keep-work dumps)
+  remove_work_folder_if_done(options.out_dir);
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   std::printf("%s", render_table(rows, should_use_color(STDOUT_FILENO)).c_str());

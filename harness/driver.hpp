@@ -61,6 +61,10 @@ struct ConfigRun {
   bool keep_generations = false;  // hand the generations back in the outcome
 };
 
+// Removes out_dir/work once a run is over, with what the run's workers shared there (the
+// weights-hash cache), unless something is kept in it (--keep-work dumps, a failure's folder).
+void remove_work_folder_if_done(const std::string& out_dir);
+
 // Runs one scenario end to end and writes its report. `progress` receives phase text. A
 // configuration with a reference (needs_config_reference) must get the reference's run in
 // `config`; its "config" comparisons join the plan's before the verdict.

@@ -17,6 +17,7 @@
 #include "engines/registry.hpp"
 #include "harness/generation.hpp"
 #include "harness/solo_lanes.hpp"
+#include "harness/weights_hash_cache.hpp"
 #include "models/comm/emulated.hpp"
 #include "models/engine.hpp"
 #include "models/weights.hpp"
@@ -116,7 +117,19 @@ int run_worker(const WorkerArgs& args) {
   const EngineIdentity& identity = engine->identity();
   nlohmann::json meta;
   meta["model"] = {{"load_s", load_s}};
-  if (writer) meta["model"]["weights_hash"] = engine->model_hash();
+  if (writer) {
+    if (identity.kind == "bih" && s.model.path.empty()) {
+      // A synthetic model's hash is the same for every scenario of the run that names it
+      // (weights_hash_cache.hpp): computed once, by the first.
+      const std::string run_work = std::filesystem::path(args.work_dir).parent_path().string();
+      meta["model"]["weights_hash"] =
+          cached_weights_hash(weights_hash_cache_file(run_work),
+                              weights_hash_key(identity.kind, s.to_json().at("model")),
+                              [&] { return engine->model_hash(); });
+    } else {
+      meta["model"]["weights_hash"] = engine->model_hash();
+    }
+  }
   if (!s.model.path.empty()) meta["model"]["path"] = s.model.path;
   meta["engine"] = {{"kind", identity.kind},         {"name", identity.name},
                     {"version", identity.version},   {"value", identity.value},
