@@ -159,6 +159,8 @@ struct CudaGemm::Impl {
                                                std::set<std::string>& tried, Rejections& rejections,
                                                int N, int K);
   Pinned pin_reference(int N, int K);
+  Pinned pin_with_companions(int N, int K);
+  std::string pin_key(int N, int K) const;
   void refuse_pinning_during_capture(cudaStream_t stream, int N, int K);
   Pinned& pinned_for(int N, int K);
 

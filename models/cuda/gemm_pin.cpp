@@ -3,12 +3,16 @@
 // The heuristic's candidates, each forced to split-K 1 and reduction none, must pass
 // cublasLtMatmulAlgoCheck at every M in 1..max_m with at most a scheduler counter of workspace
 // (gemm.hpp says why that keeps a row's bits independent of M); the first that does is the
-// reference, else the shape takes the own tiled kernel. pinned_for pins a shape on first use and
-// hands it to the companion search (gemm_companion.cpp) for the bands of M.
+// reference, else the shape takes the own tiled kernel. pinned_for pins a shape on first use (once
+// per process and key) and hands it to the companion search (gemm_companion.cpp) for the bands of
+// M.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <future>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -236,25 +240,86 @@ void CudaGemm::Impl::refuse_pinning_during_capture(cudaStream_t stream, int N, i
   cudaCheck(error);
 }
 
+CudaGemm::Impl::Pinned CudaGemm::Impl::pin_with_companions(int N, int K) {
+  const auto start = std::chrono::steady_clock::now();
+  Pinned p = pin_reference(N, K);
+  if (options.companions) {
+    const std::string notes = add_companions(p, N, K);
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    p.config.companion_notes = notes + (notes.back() == ' ' ? "" : "; ") + "pinning took " +
+                               std::to_string(elapsed.count()) + " ms";
+    if (log) {
+      std::fprintf(stderr, "bih gemm N=%d K=%d companions: %s\n", N, K,
+                   p.config.companion_notes.c_str());
+    }
+  }
+  return p;
+}
+
+// What a pin depends on besides the library: the device and every option that steers the search.
+std::string CudaGemm::Impl::pin_key(int N, int K) const {
+  int device = -1;
+  cudaCheck(cudaGetDevice(&device));
+  std::string key = std::to_string(device) + " " + std::to_string(N) + "x" + std::to_string(K);
+  for (const int64_t value :
+       {int64_t{options.max_m}, int64_t{options.pin_m}, int64_t{options.own_kernel_only},
+        static_cast<int64_t>(options.scheduler_workspace_bytes), int64_t{options.companions},
+        int64_t{options.companion_tries}, int64_t{options.skinny_max_m}}) {
+    key += " " + std::to_string(value);
+  }
+  for (const GemmBand& b : bands) {
+    key += " " + std::to_string(b.first_m) + ".." + std::to_string(b.last_m) + "@" +
+           std::to_string(b.heuristic_m);
+  }
+  return key;
+}
+
+// A pin is a deterministic choice and a bitwise check, the same for every CudaGemm of the process
+// with the same key; engines side by side would each pay for it (TP=4 on 4 solo lanes pinned
+// every shape 16 times, about 0.6 s of work per rank, measured on an H200). The first CudaGemm to
+// ask pins; the others wait for its answer and keep a copy (cuBLASLt algorithms are plain data,
+// valid with any handle of the same library). A failed pin is forgotten, so the next one tries
+// again.
 CudaGemm::Impl::Pinned& CudaGemm::Impl::pinned_for(int N, int K) {
   auto it = pinned.find({N, K});
-  if (it == pinned.end()) {
-    const auto start = std::chrono::steady_clock::now();
-    Pinned p = pin_reference(N, K);
-    if (options.companions) {
-      const std::string notes = add_companions(p, N, K);
-      const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::steady_clock::now() - start);
-      p.config.companion_notes = notes + (notes.back() == ' ' ? "" : "; ") + "pinning took " +
-                                 std::to_string(elapsed.count()) + " ms";
-      if (log) {
-        std::fprintf(stderr, "bih gemm N=%d K=%d companions: %s\n", N, K,
-                     p.config.companion_notes.c_str());
-      }
+  if (it != pinned.end()) return it->second;
+  struct SharedPins {
+    std::mutex mutex;
+    std::map<std::string, std::shared_future<Pinned>> pins;
+  };
+  static SharedPins& shared = *new SharedPins;  // never destroyed: no teardown-order hazard
+  const std::string key = pin_key(N, K);
+  std::promise<Pinned> promise;
+  std::shared_future<Pinned> answer;
+  bool mine = false;
+  {
+    const std::lock_guard lock(shared.mutex);
+    auto found = shared.pins.find(key);
+    if (found == shared.pins.end()) {
+      answer = promise.get_future().share();
+      shared.pins.emplace(key, answer);
+      mine = true;
+    } else {
+      answer = found->second;
     }
-    it = pinned.emplace(std::make_pair(N, K), std::move(p)).first;
   }
-  return it->second;
+  if (mine) {
+    try {
+      promise.set_value(pin_with_companions(N, K));
+    } catch (...) {
+      {
+        const std::lock_guard lock(shared.mutex);
+        shared.pins.erase(key);
+      }
+      promise.set_exception(std::current_exception());
+    }
+  }
+  Pinned p = answer.get();
+  if (!mine && !p.config.companion_notes.empty()) {
+    p.config.companion_notes += "; shared: pinned by another CudaGemm of this process";
+  }
+  return pinned.emplace(std::make_pair(N, K), std::move(p)).first->second;
 }
 
 }  // namespace bih::cuda
