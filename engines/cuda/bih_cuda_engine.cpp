@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <memory>
 
 #include "base/errors.hpp"
@@ -40,7 +39,6 @@ EngineBundle make_cuda_engine(const Scenario& s, std::shared_ptr<const ModelWeig
                      "ranks nccl: this process has no rank in 0.." + std::to_string(s.tp - 1));
   }
   const int device = nccl ? assignment.rank : 0;
-  if (const char* wait = std::getenv("BIH_CUDA_HOST_WAIT")) set_host_wait(device, wait);
   std::vector<int> ranks;
   if (nccl) {
     ranks.push_back(assignment.rank);

@@ -7,10 +7,7 @@
 #endif
 
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <string>
-
-#include "models/cuda/check.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -61,24 +58,6 @@ int device_count() {
     return 0;
   }
   return count;
-}
-
-void set_host_wait(int device, const std::string& mode) {
-  unsigned int flags = 0;
-  if (mode == "auto") {
-    flags = cudaDeviceScheduleAuto;
-  } else if (mode == "spin") {
-    flags = cudaDeviceScheduleSpin;
-  } else if (mode == "yield") {
-    flags = cudaDeviceScheduleYield;
-  } else if (mode == "blocking") {
-    flags = cudaDeviceScheduleBlockingSync;
-  } else {
-    throw std::invalid_argument("host wait mode '" + mode +
-                                "': valid are auto, spin, yield, blocking");
-  }
-  cudaCheck(cudaSetDevice(device));
-  cudaCheck(cudaSetDeviceFlags(flags));
 }
 
 }  // namespace bih::cuda

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-#include <string>
 
 namespace bih::cuda {
 
@@ -16,10 +15,5 @@ int device_count();
 // A report's "gpu" section: device name and count, driver and runtime versions, and the NCCL and
 // cuBLASLt versions this build links (keys of harness/environment.hpp's gpu_environment_keys()).
 nlohmann::json gpu_environment();
-
-// How a host thread waits for `device` (cudaSetDeviceFlags' schedule): "auto" (CUDA's choice:
-// spin while the process has fewer contexts than cores), "spin", "yield" or "blocking". Throws
-// std::invalid_argument on another name, std::runtime_error on a CUDA error.
-void set_host_wait(int device, const std::string& mode);
 
 }  // namespace bih::cuda

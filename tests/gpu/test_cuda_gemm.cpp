@@ -17,6 +17,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "models/bf16.hpp"
@@ -247,6 +248,43 @@ TEST(CudaGemmConfig, DescribeNamesTheMRangeOfEveryConfiguration) {
   EXPECT_EQ(reference.serving(2048).tile_id, 24u);
   EXPECT_EQ(reference.serving(4096).tile_id, 24u);
   EXPECT_EQ(reference.serving(4097).tile_id, 18u);
+}
+
+// A shape is pinned once per process and key (gemm_pin.cpp): two CudaGemms asking on two threads
+// at once (as emulated ranks do) get the same configuration, one of them copied from the other
+// and saying so; a third made later copies every shape; other options pin on their own.
+TEST(CudaGemm, CudaGemmsOfOneProcessShareTheirPins) {
+  BIH_SKIP_WITHOUT_GPU();
+  CudaGemmOptions options;
+  options.pin_m = 384;  // a key no other test of this process uses: these are the first to pin
+  CudaGemm first(options);
+  CudaGemm second(options);
+  std::vector<GemmAlgoConfig> a(kShapes.size()), b(kShapes.size());
+  std::thread other([&] {
+    for (size_t i = 0; i < kShapes.size(); ++i)
+      b[i] = second.invariant_config(kShapes[i].N, kShapes[i].K);
+  });
+  for (size_t i = 0; i < kShapes.size(); ++i)
+    a[i] = first.invariant_config(kShapes[i].N, kShapes[i].K);
+  other.join();
+  const auto shared = [](const GemmAlgoConfig& c) {
+    return c.companion_notes.find("shared: pinned by another CudaGemm") != std::string::npos;
+  };
+  CudaGemm third(options);
+  CudaGemmOptions without_companions = options;
+  without_companions.companions = false;
+  CudaGemm fourth(without_companions);
+  for (size_t i = 0; i < kShapes.size(); ++i) {
+    const Shape& s = kShapes[i];
+    EXPECT_EQ(a[i].describe(), b[i].describe()) << s.name;
+    EXPECT_NE(shared(a[i]), shared(b[i])) << s.name << ": exactly one pinned it\n"
+                                          << a[i].companion_notes << "\n"
+                                          << b[i].companion_notes;
+    const GemmAlgoConfig later = third.invariant_config(s.N, s.K);
+    EXPECT_TRUE(shared(later)) << s.name << ": " << later.companion_notes;
+    EXPECT_EQ(later.describe(), a[i].describe()) << s.name;
+    EXPECT_TRUE(fourth.invariant_config(s.N, s.K).companions.empty()) << s.name;
+  }
 }
 
 TEST(CudaGemm, DescribeNamesTheMRangesOfThePinnedCompanions) {
