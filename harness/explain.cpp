@@ -29,33 +29,43 @@ Context parse_label(const std::string& label) {
   return c;
 }
 
-// Generates the group of prompts that holds `prompt` at `batch_size`, `runs` times in one engine,
-// tracing `prompt`'s token `step` in each run. Every run starts on an empty prefix cache, as the
-// plan's cold generations do; with `warm`, runs after the first reuse what the first cached (the
-// plan's warm generation, for the cache comparison).
-std::vector<std::vector<TraceEntry>> trace_runs(const Scenario& s,
-                                                std::shared_ptr<const ModelWeights> weights,
-                                                int batch_size, int prompt, int step, int runs,
-                                                bool warm = false) {
-  EngineBundle bundle = make_engine(s, weights);
-  const auto prompts = make_prompts(s.plan.prompts, bundle.config.vocab_size, s.source_file);
-  if (prompt < 0 || prompt >= static_cast<int>(prompts.size())) {
-    throw InputError("prompt " + std::to_string(prompt) + " is not in the scenario's " +
-                     std::to_string(prompts.size()) + " prompts");
-  }
-  const int first = prompt / batch_size * batch_size;
-  const int last = std::min<int>(static_cast<int>(prompts.size()), first + batch_size);
-  const std::vector<std::vector<int32_t>> group(prompts.begin() + first, prompts.begin() + last);
-  std::vector<std::vector<TraceEntry>> traces;
-  for (int r = 0; r < runs; ++r) {
+// The scenario's engine and prompts, made once; each trace generates the group of prompts that
+// holds `prompt` at `batch_size`, tracing `prompt`'s token `step`. A trace starts on an empty
+// prefix cache, as the plan's cold generations do, unless `warm` (the plan's warm generation
+// reuses what the one before it cached).
+class Tracer {
+ public:
+  Tracer(const Scenario& s, std::shared_ptr<const ModelWeights> weights)
+      : bundle_(make_engine(s, std::move(weights))),
+        prompts_(make_prompts(s.plan.prompts, bundle_.config.vocab_size, s.source_file)) {}
+
+  std::vector<TraceEntry> trace(int batch_size, int prompt, int step, bool warm = false) {
+    if (prompt < 0 || prompt >= static_cast<int>(prompts_.size())) {
+      throw InputError("prompt " + std::to_string(prompt) + " is not in the scenario's " +
+                       std::to_string(prompts_.size()) + " prompts");
+    }
+    const int first = prompt / batch_size * batch_size;
+    const int last = std::min<int>(static_cast<int>(prompts_.size()), first + batch_size);
+    const std::vector<std::vector<int32_t>> group(prompts_.begin() + first,
+                                                  prompts_.begin() + last);
     TraceSink sink;
-    if (r == 0 || !warm) bundle.engine->reset_prefix_cache();
-    bundle.engine->set_trace(TraceRequest{prompt - first, step}, &sink);
-    bundle.engine->generate(group, step + 1);
-    bundle.engine->set_trace({}, nullptr);
-    traces.push_back(sink.sorted());
+    if (!warm) bundle_.engine->reset_prefix_cache();
+    bundle_.engine->set_trace(TraceRequest{prompt - first, step}, &sink);
+    bundle_.engine->generate(group, step + 1);
+    bundle_.engine->set_trace({}, nullptr);
+    return sink.sorted();
   }
-  return traces;
+
+ private:
+  EngineBundle bundle_;
+  std::vector<std::vector<int32_t>> prompts_;
+};
+
+// One context traced in an engine of its own (a fresh process's, or another configuration's).
+std::vector<TraceEntry> trace_alone(const Scenario& s, std::shared_ptr<const ModelWeights> weights,
+                                    int batch_size, int prompt, int step) {
+  Tracer tracer(s, std::move(weights));
+  return tracer.trace(batch_size, prompt, step);
 }
 
 uint64_t bf16_ulp(uint16_t a, uint16_t b) {
@@ -151,14 +161,15 @@ Localization localize(const Scenario& scenario, const std::string& kind, const s
   // Host weights are built once for the CPU backend; the CUDA backend makes its own on the GPU.
   auto weights = resolved_backend(s) == Backend::cpu ? build_model(s) : nullptr;
   std::vector<TraceEntry> ta, tb;
-  if (ca.batch_size == cb.batch_size && !ca.fresh && !cb.fresh) {
-    // Same context twice in one engine: run to run, as the repeat comparison ran it.
-    auto runs = trace_runs(s, weights, ca.batch_size, prompt, step, 2, kind == "cache");
-    ta = std::move(runs[0]);
-    tb = std::move(runs[1]);
+  if (!ca.fresh && !cb.fresh) {
+    // Both contexts in one engine, as the worker ran the plan's generations: run to run for the
+    // repeat and cache comparisons, bs=1 then the batch for the batch comparison.
+    Tracer tracer(s, weights);
+    ta = tracer.trace(ca.batch_size, prompt, step);
+    tb = tracer.trace(cb.batch_size, prompt, step, kind == "cache");
   } else {
-    ta = std::move(trace_runs(s, weights, ca.batch_size, prompt, step, 1)[0]);
-    tb = std::move(trace_runs(s, weights, cb.batch_size, prompt, step, 1)[0]);
+    ta = trace_alone(s, weights, ca.batch_size, prompt, step);
+    tb = trace_alone(s, weights, cb.batch_size, prompt, step);
   }
   if (ta.empty() || tb.empty()) {
     throw InputError(fmt::format("prompt {} never produced token {} in the re-run", prompt, step));
@@ -189,10 +200,8 @@ Localization localize_config(const Scenario& configuration, const Scenario& refe
   auto weights_of = [](const Scenario& s) {
     return resolved_backend(s) == Backend::cpu ? build_model(s) : nullptr;
   };
-  std::vector<TraceEntry> ta =
-      std::move(trace_runs(sa, weights_of(sa), ca.batch_size, prompt, step, 1)[0]);
-  std::vector<TraceEntry> tb =
-      std::move(trace_runs(sb, weights_of(sb), cb.batch_size, prompt, step, 1)[0]);
+  std::vector<TraceEntry> ta = trace_alone(sa, weights_of(sa), ca.batch_size, prompt, step);
+  std::vector<TraceEntry> tb = trace_alone(sb, weights_of(sb), cb.batch_size, prompt, step);
   if (ta.empty() || tb.empty()) {
     throw InputError(fmt::format("prompt {} never produced token {} in the re-run", prompt, step));
   }
