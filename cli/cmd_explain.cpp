@@ -36,6 +36,8 @@ Command add_explain_command(CLI::App& app) {
             const Localization l = explain_report(
                 report, args->kind.empty() ? std::nullopt : std::optional<std::string>(args->kind));
             std::printf("%s\n%s\n", report.at("id").get<std::string>().c_str(), l.summary.c_str());
+            // stderr: `bih run` keeps it in the scenario's work folder, out of the report.
+            std::fprintf(stderr, "bih explain: re-run times: %s\n", l.timings.c_str());
             if (!args->no_write) {
               report["localization"] = to_json(l);
               write_file_atomically(args->report, report.dump(2) + "\n");

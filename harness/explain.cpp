@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <bit>
+#include <chrono>
 #include <map>
 #include <tuple>
 
@@ -35,9 +36,15 @@ Context parse_label(const std::string& label) {
 // reuses what the one before it cached).
 class Tracer {
  public:
-  Tracer(const Scenario& s, std::shared_ptr<const ModelWeights> weights)
-      : bundle_(make_engine(s, std::move(weights))),
-        prompts_(make_prompts(s.plan.prompts, bundle_.config.vocab_size, s.source_file)) {}
+  // `timings`, when given, gets how long making the engine and each trace took.
+  Tracer(const Scenario& s, std::shared_ptr<const ModelWeights> weights,
+         std::string* timings = nullptr)
+      : timings_(timings),
+        begin_(std::chrono::steady_clock::now()),
+        bundle_(make_engine(s, std::move(weights))),
+        prompts_(make_prompts(s.plan.prompts, bundle_.config.vocab_size, s.source_file)) {
+    lap("engine");
+  }
 
   std::vector<TraceEntry> trace(int batch_size, int prompt, int step, bool warm = false) {
     if (prompt < 0 || prompt >= static_cast<int>(prompts_.size())) {
@@ -53,18 +60,30 @@ class Tracer {
     bundle_.engine->set_trace(TraceRequest{prompt - first, step}, &sink);
     bundle_.engine->generate(group, step + 1);
     bundle_.engine->set_trace({}, nullptr);
+    lap(fmt::format("bs={}{}", batch_size, warm ? " warm" : ""));
     return sink.sorted();
   }
 
  private:
+  void lap(const std::string& what) {
+    const auto now = std::chrono::steady_clock::now();
+    if (timings_) {
+      *timings_ += fmt::format("{}{} {:.2f} s", timings_->empty() ? "" : ", ", what,
+                               std::chrono::duration<double>(now - begin_).count());
+    }
+    begin_ = now;
+  }
+
+  std::string* timings_;
+  std::chrono::steady_clock::time_point begin_;
   EngineBundle bundle_;
   std::vector<std::vector<int32_t>> prompts_;
 };
 
 // One context traced in an engine of its own (a fresh process's, or another configuration's).
 std::vector<TraceEntry> trace_alone(const Scenario& s, std::shared_ptr<const ModelWeights> weights,
-                                    int batch_size, int prompt, int step) {
-  Tracer tracer(s, std::move(weights));
+                                    int batch_size, int prompt, int step, std::string* timings) {
+  Tracer tracer(s, std::move(weights), timings);
   return tracer.trace(batch_size, prompt, step);
 }
 
@@ -164,12 +183,12 @@ Localization localize(const Scenario& scenario, const std::string& kind, const s
   if (!ca.fresh && !cb.fresh) {
     // Both contexts in one engine, as the worker ran the plan's generations: run to run for the
     // repeat and cache comparisons, bs=1 then the batch for the batch comparison.
-    Tracer tracer(s, weights);
+    Tracer tracer(s, weights, &l.timings);
     ta = tracer.trace(ca.batch_size, prompt, step);
     tb = tracer.trace(cb.batch_size, prompt, step, kind == "cache");
   } else {
-    ta = trace_alone(s, weights, ca.batch_size, prompt, step);
-    tb = trace_alone(s, weights, cb.batch_size, prompt, step);
+    ta = trace_alone(s, weights, ca.batch_size, prompt, step, &l.timings);
+    tb = trace_alone(s, weights, cb.batch_size, prompt, step, &l.timings);
   }
   if (ta.empty() || tb.empty()) {
     throw InputError(fmt::format("prompt {} never produced token {} in the re-run", prompt, step));
@@ -200,8 +219,10 @@ Localization localize_config(const Scenario& configuration, const Scenario& refe
   auto weights_of = [](const Scenario& s) {
     return resolved_backend(s) == Backend::cpu ? build_model(s) : nullptr;
   };
-  std::vector<TraceEntry> ta = trace_alone(sa, weights_of(sa), ca.batch_size, prompt, step);
-  std::vector<TraceEntry> tb = trace_alone(sb, weights_of(sb), cb.batch_size, prompt, step);
+  std::vector<TraceEntry> ta =
+      trace_alone(sa, weights_of(sa), ca.batch_size, prompt, step, &l.timings);
+  std::vector<TraceEntry> tb =
+      trace_alone(sb, weights_of(sb), cb.batch_size, prompt, step, &l.timings);
   if (ta.empty() || tb.empty()) {
     throw InputError(fmt::format("prompt {} never produced token {} in the re-run", prompt, step));
   }

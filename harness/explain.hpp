@@ -35,6 +35,8 @@ struct Localization {
   std::string detail_a, detail_b;  // how each context computed it
   bool inputs_equal = true;
   std::string summary;  // one paragraph for humans
+  std::string timings;  // where the re-run's time went ("engine 1.21 s, bs=1 0.30 s, ..."); not
+                        // part of the report (times differ from run to run)
 };
 
 // Re-runs `prompt`'s token `step` in the two contexts the labels name ("bs=1", "bs=64", "bs=64#2",
