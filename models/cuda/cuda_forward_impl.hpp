@@ -195,7 +195,9 @@ struct CudaForward::Impl {
     DeviceArray<int32_t> sampled;
     DeviceArray<float> logprobs;
     DeviceArray<uint8_t> sample_scratch;  // greedy_sample_scratch_bytes(logit rows)
-    cudaEvent_t ready = nullptr;          // the rank's work before a graph launch
+    // Traced steps only: the traced rows of one tensor land here before one wait for them all.
+    PinnedArray<uint8_t> trace_staging;
+    cudaEvent_t ready = nullptr;   // the rank's work before a graph launch
     cudaEvent_t joined = nullptr;  // the rank's captured work, joined back to the origin stream
   };
 
