@@ -280,12 +280,8 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     run_rank(0);
     for (auto& t : threads) t.join();
     // A worker killed at its timeout (or one that crashed) leaves its adapter's tree to us, the
-    // subreaper: nothing a scenario started survives into the next one. A localization running
-    // beside us is one of those descendants: it finishes first.
-    if (is_subreaper()) {
-      if (config.localizations) config.localizations->settle();
-      kill_descendants();
-    }
+    // subreaper: nothing a scenario started survives into the next one.
+    if (is_subreaper()) kill_descendants();
     // The root cause: the first rank that failed on its own, not one stopped for a peer.
     for (int r = 0; r < processes; ++r) {
       if (results[r].ok() || results[r].cancelled) continue;
@@ -413,18 +409,26 @@ ScenarioOutcome run_scenario(const Scenario& scenario, const RunOptions& options
     done.localization = "not localized: engine " + scenario.engine.name +
                         " is not traceable (bih explain traces bih's own engine only)\n";
   } else if (scenario.localize && variant) {
-    const LocalizationJob job{.id = done.id,
-                              .report_path = done.report_path,
-                              .work = work,
-                              .remove_work = !options.keep_work && !done.work_kept,
-                              .timeout_s = scenario.timeout_s};
-    if (config.localizations) {
-      config.localizations->start(job);
+    progress("localizing the first divergence");
+    fs::create_directories(work);
+    const std::string err_file = (work / "stderr-explain.log").string();
+    std::string text;
+    const ChildResult r =
+        run_child({exe, "explain", done.report_path}, err_file, scenario.timeout_s,
+                  [&](const std::string& line) { text += line + "\n"; });
+    if (is_subreaper()) kill_descendants();
+    if (r.interrupted) {
+      done.localization = "not localized: bih was interrupted\n";
+    } else if (!r.ok()) {
+      done.localization = "bih explain " + r.describe() + ": " + tail_of_file(err_file, 5);
     } else {
-      progress("localizing the first divergence");
-      done.localization = run_localization(job);
-      if (is_subreaper()) kill_descendants();
+      // Where its time went, from its stderr (the file goes with the work folder).
+      std::string times = tail_of_file(err_file, 1);
+      const std::string head = "bih explain: re-run times: ";
+      times = times.rfind(head, 0) == 0 ? "; " + first_line(times.substr(head.size())) : "";
+      done.localization = text + fmt::format("    (bih explain: {:.1f} s{})\n", r.wall_s, times);
     }
+    if (!options.keep_work && !done.work_kept) fs::remove_all(work, ec);
   }
   return done;
 }
@@ -479,7 +483,6 @@ int run_command(const RunOptions& options) {
 
   install_interrupt_handlers();
   const bool tty = isatty(STDERR_FILENO);
-  LocalizationQueue localizations(stderr, tty);
   // Config comparisons: each reference runs once per `bih run`, before the first configuration
   // that needs it, and its generations stay in memory for the others. A reference that is one of
   // this shard's scenarios runs as that scenario (with its report, and is not run again at its
@@ -502,11 +505,9 @@ int run_command(const RunOptions& options) {
         mine != scenarios.end() &&
         !(options.resume && finished_outcome(*mine, options.out_dir, environment));
     progress("running its reference " + id);
-    ScenarioOutcome o = run_scenario(report_here ? *mine : *s.config_reference, options, progress,
-                                     ConfigRun{.reference = nullptr,
-                                               .write_report = report_here,
-                                               .keep_generations = true,
-                                               .localizations = &localizations});
+    ScenarioOutcome o = run_scenario(
+        report_here ? *mine : *s.config_reference, options, progress,
+        ConfigRun{.reference = nullptr, .write_report = report_here, .keep_generations = true});
     std::fprintf(stderr, "%s    reference %s -> %s (%.1f s%s)\n", tty ? "\r\033[K" : "", id.c_str(),
                  to_string(o.verdict).c_str(), o.wall_s,
                  report_here ? "" : "; run for its generations, no report of its own here");
@@ -546,7 +547,6 @@ int run_command(const RunOptions& options) {
         ran_early.erase(s.id());
       } else if (!resumed) {
         ConfigRun config;
-        config.localizations = &localizations;
         if (needs_config_reference(s)) config.reference = reference_for(s, progress);
         // A reference keeps its generations for the configurations after it.
         config.keep_generations = is_config_reference(s) && !reference_runs.count(s.id());
@@ -563,7 +563,6 @@ int run_command(const RunOptions& options) {
                    "and the same --out %s: finished scenarios are skipped.\n",
                    tty ? "\r\033[K" : "", name, prefix.c_str(), phase_now.c_str(), i,
                    scenarios.size(), options.out_dir.c_str(), options.out_dir.c_str());
-      localizations.settle();
       std::error_code ec;
       fs::remove(fs::path(options.out_dir) / "work", ec);
       return 128 + stop.signal;  // the shell's convention: 130 for SIGINT, 143 for SIGTERM
@@ -628,18 +627,12 @@ int run_command(const RunOptions& options) {
       exit_code = std::max(exit_code, o.verdict == Verdict::error ? 3 : 1);
     }
   }
-  localizations.settle();
   remove_work_folder_if_done(options.out_dir);
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   std::printf("%s", render_table(rows, should_use_color(STDOUT_FILENO)).c_str());
-  const std::string localized =
-      localizations.started() == 0
-          ? ""
-          : fmt::format(" ({} localized by bih explain beside the run, {:.1f} s of its time)",
-                        localizations.started(), localizations.total_s());
-  std::printf("%zu scenario(s) in %.1f s%s; reports in %s\n", scenarios.size(), total_s,
-              localized.c_str(), options.out_dir.c_str());
+  std::printf("%zu scenario(s) in %.1f s; reports in %s\n", scenarios.size(), total_s,
+              options.out_dir.c_str());
   return exit_code;
 }
 

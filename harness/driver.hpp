@@ -15,7 +15,6 @@
 
 #include "harness/config_compare.hpp"
 #include "harness/diff.hpp"
-#include "harness/localization_queue.hpp"
 #include "spec/scenario.hpp"
 
 namespace bih {
@@ -45,8 +44,7 @@ struct ScenarioOutcome {
   std::string reason;
   std::string report_path;
   double wall_s = 0;
-  std::string localization;  // why it was not localized, or bih explain's output when it ran in
-                             // line (no ConfigRun::localizations)
+  std::string localization;  // bih explain's output, with "localize": true
   bool resumed = false;      // taken from an existing report (--resume)
   bool work_kept = false;    // missed its expectation: OUT/work/<id> stays for a look
   std::string work_dir;
@@ -61,10 +59,6 @@ struct ConfigRun {
   bool write_report = true;       // false: a reference run only for its generations (its report
                                   // is another shard's, or already there under --resume)
   bool keep_generations = false;  // hand the generations back in the outcome
-  // Where a variant scenario's localization goes to run beside the scenarios after it (and is
-  // settled before this call reaps its worker's process tree); none: it runs in line, and its
-  // text is the outcome's `localization`.
-  LocalizationQueue* localizations = nullptr;
 };
 
 // Removes out_dir/work once a run is over, with what the run's workers shared there (the

@@ -332,6 +332,10 @@ TEST_F(ConfigMatrixRun, ExplainNamesTheFirstResidualOpWhereTheConfigurationsPart
             std::string::npos)
       << e.output;
   EXPECT_NE(e.output.find("TP=1 vs TP=4: only the residual stream"), std::string::npos) << e.output;
+  // On stderr, where the re-run's time went: each configuration in an engine of its own.
+  EXPECT_NE(e.output.find("bih explain: re-run times: engine "), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find(" s, bs=1 "), std::string::npos) << e.output;
+  EXPECT_NE(e.output.find(" s, engine "), std::string::npos) << e.output;
   // batch_variant: the config comparison on request.
   const auto v = testing::run_bih({"explain", file_of(report("vendor", 4, false)).string(),
                                    "--comparison", "config", "--no-write"});
