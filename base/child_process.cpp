@@ -55,6 +55,10 @@ std::string ChildResult::describe() const {
   if (timed_out) return fmt::format("timed out after {:.0f} s and was killed", wall_s);
   if (cancelled) return "was stopped because a peer rank's process failed";
   if (interrupted) return "was stopped because bih was interrupted";
+  if (lost) {
+    return "ended, but another wait in bih reaped it first, so how it ended is unknown (a bih "
+           "bug: its process tree was reaped while it ran)";
+  }
   if (signaled) return fmt::format("killed by signal {} ({})", signal, strsignal(signal));
   return fmt::format("exited with status {}", exit_code);
 }
@@ -176,6 +180,12 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
       usleep(50 * 1000);
     }
     const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w < 0 && errno == ECHILD) {
+      // Reaped by another thread's waitpid(-1) (kill_descendants): without this the loop would
+      // wait for a pid that is gone until the deadline, and call it a timeout.
+      result.lost = true;
+      break;
+    }
     if (w == pid) {
       exited = true;
       // What it wrote just before exiting is still in the pipe (a last @unsupported line): read
@@ -207,7 +217,7 @@ ChildResult run_child(const std::vector<std::string>& argv, const std::string& s
   }
   close(out_pipe[0]);
   result.wall_s = elapsed();
-  if (!result.timed_out && !result.cancelled && !result.interrupted) {
+  if (!result.timed_out && !result.cancelled && !result.interrupted && !result.lost) {
     if (WIFSIGNALED(status)) {
       result.signaled = true;
       result.signal = WTERMSIG(status);

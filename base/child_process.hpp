@@ -26,11 +26,12 @@ struct ChildResult {
   bool cancelled = false;    // killed because `cancel` was set (a peer process failed)
   bool interrupted = false;  // killed because this process got SIGINT or SIGTERM
   bool signaled = false;
+  bool lost = false;  // something else in this process reaped it: how it ended is unknown
   int signal = 0;
   int exit_code = 0;
   double wall_s = 0;
   bool ok() const {
-    return !timed_out && !cancelled && !interrupted && !signaled && exit_code == 0;
+    return !timed_out && !cancelled && !interrupted && !signaled && !lost && exit_code == 0;
   }
   // "killed by signal 11 (Segmentation fault)", "exited with status 3", "timed out after 600 s".
   std::string describe() const;

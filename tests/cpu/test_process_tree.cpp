@@ -320,6 +320,28 @@ TEST(ProcessTreeParts, KillDescendantsLeavesNoOrphanOfASubreaper) {
   EXPECT_EQ(count, 2);
 }
 
+TEST(ProcessTreeParts, RunChildSaysWhenAnotherWaitReapedItsChild) {
+  // kill_descendants reaps every child with waitpid(-1). A run_child waiting in another thread
+  // then finds its pid gone (ECHILD): it must say so at once, not wait for a pid that no longer
+  // exists until its deadline and call that a timeout. In a child of the test, so that the
+  // reaping reaches nothing of the test's own.
+  const auto dir = testing::fresh_dir("tree-lost");
+  const std::string err = (dir / "stderr.log").string();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    ChildResult r;
+    std::thread waiter([&] { r = run_child({"/bin/sleep", "60"}, err, 10, nullptr); });
+    usleep(300000);
+    kill_descendants(5);
+    waiter.join();
+    const bool said = r.describe().find("reaped it first") != std::string::npos;
+    _exit(r.lost && !r.timed_out && !r.ok() && said ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
 TEST(ProcessTreeParts, RunChildReadsWhatTheWorkerWroteJustBeforeItExited) {
   // 480 KB of lines in one write to a 1 MB pipe, and an exit at once: when waitpid reports the
   // exit, most of it is still in the pipe (the old loop stopped there and lost 15000 to 39800
