@@ -201,8 +201,9 @@ fi
 if stage explain; then
   report=$(ls "$R"/issue-56370-gpu/shard-*/*tp=4,sp=on*rs=ring*graph=none*prefix=off*.json 2>/dev/null | head -1)
   if [ -n "$report" ]; then
+    t=$(date +%s.%N)
     "$build/bih" explain "$report" >"$R/explain-tp4-sp-ring.txt" 2>&1
-    summary "explain tp4 sp ring (GPU): exit $?"
+    summary "explain tp4 sp ring (GPU): exit $? in $(python3 -c "import time; print(round(time.time() - $t, 2))") s ($(grep -h 're-run times' "$R/explain-tp4-sp-ring.txt"))"
     head -30 "$R/explain-tp4-sp-ring.txt"
   else
     summary "explain: no TP=4 SP ring report to explain (matrix stage filtered it out)"
