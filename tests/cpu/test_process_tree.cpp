@@ -322,20 +322,36 @@ TEST(ProcessTreeParts, KillDescendantsLeavesNoOrphanOfASubreaper) {
 
 TEST(ProcessTreeParts, RunChildSaysWhenAnotherWaitReapedItsChild) {
   // kill_descendants reaps every child with waitpid(-1). A run_child waiting in another thread
-  // then finds its pid gone (ECHILD): it must say so at once, not wait for a pid that no longer
-  // exists until its deadline and call that a timeout. In a child of the test, so that the
-  // reaping reaches nothing of the test's own.
+  // then finds its pid gone (ECHILD): it must say so, not wait for a pid that no longer exists
+  // until its deadline and call that a timeout. Here the other wait is already blocked on the
+  // child when it is killed, and a grandchild keeps the stdout pipe open (so run_child's poll
+  // does not wake at the death): the other wait reaps it first. In a child of the test, so that
+  // the reaping reaches nothing of the test's own.
   const auto dir = testing::fresh_dir("tree-lost");
   const std::string err = (dir / "stderr.log").string();
   const pid_t pid = fork();
   if (pid == 0) {
     ChildResult r;
-    std::thread waiter([&] { r = run_child({"/bin/sleep", "60"}, err, 10, nullptr); });
-    usleep(300000);
-    kill_descendants(5);
+    std::thread waiter([&] {
+      r = run_child({"/bin/sh", "-c", "sleep 60 & exec sleep 60"}, err, 10, nullptr);
+    });
+    pid_t direct = 0;  // run_child's child leads its own process group; the grandchild is in it
+    for (int i = 0; i < 250 && direct == 0; ++i) {
+      const std::vector<pid_t> below = descendants(getpid());
+      for (const pid_t p : below) {
+        if (below.size() == 2 && !group_members(p).empty()) direct = p;
+      }
+      if (direct == 0) usleep(20000);
+    }
+    int status = 0;
+    const bool killed = direct != 0 && kill(direct, SIGKILL) == 0;
+    if (killed) waitpid(direct, &status, 0);  // ECHILD if run_child won the race after all
     waiter.join();
-    const bool said = r.describe().find("reaped it first") != std::string::npos;
-    _exit(r.lost && !r.timed_out && !r.ok() && said ? 0 : 1);
+    kill_descendants(5);  // the grandchild
+    // Either wait may win the child; neither may become a timeout.
+    const bool said = r.lost ? r.describe().find("reaped it first") != std::string::npos
+                             : r.signaled && r.signal == SIGKILL;
+    _exit(killed && !r.timed_out && !r.ok() && said ? 0 : 1);
   }
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
