@@ -242,51 +242,42 @@ void CudaForward::Impl::enqueue_attention(Rank& r, StepBatch& step, int layer) {
   attention(options.kernels, r.q.get(), r.pools[layer], batch, step.rows_padded, r.w->heads_local,
             step.num_decode, r.attn.get(), s);
   if (step.trace == nullptr) return;
-  // The context each traced query attends to, hashed as the CPU backend hashes it: the queries'
-  // KV blocks come to the host once (the traced rows are one sequence's, sharing its blocks),
-  // and each query's context is laid out in a pool of its own.
+  // The context each traced query attends to, hashed as the CPU backend hashes it (through its
+  // block table, so only the rows' contents count): the traced queries' KV blocks come to the
+  // host once, in a pool of their own, and each query's table points into it.
   const KvPool& pool = r.pools[layer];
   const size_t block_elems =
       static_cast<size_t>(pool.block_size) * pool.num_kv_heads * pool.head_dim;
-  std::vector<int32_t> needed;  // device block ids, in first-use order
-  for (const int row : step.trace_rows) {
-    const cpu::AttentionQuery& query = step.queries[row];
+  std::vector<int32_t> needed;  // device block ids; a block's index here is its host block
+  std::vector<std::vector<int32_t>> tables(step.trace_rows.size());
+  for (size_t i = 0; i < step.trace_rows.size(); ++i) {
+    const cpu::AttentionQuery& query = step.queries[step.trace_rows[i]];
     const int blocks = (query.context_len + pool.block_size - 1) / pool.block_size;
     for (int b = 0; b < blocks; ++b) {
-      if (std::find(needed.begin(), needed.end(), query.block_table[b]) == needed.end()) {
-        needed.push_back(query.block_table[b]);
-      }
+      auto at = std::find(needed.begin(), needed.end(), query.block_table[b]);
+      if (at == needed.end()) at = needed.insert(needed.end(), query.block_table[b]);
+      tables[i].push_back(static_cast<int32_t>(at - needed.begin()));
     }
   }
-  std::vector<bf16> k_host(needed.size() * block_elems), v_host(needed.size() * block_elems);
+  std::vector<bf16> k(needed.size() * block_elems), v(needed.size() * block_elems);
   for (size_t b = 0; b < needed.size(); ++b) {
     const size_t offset = static_cast<size_t>(needed[b]) * block_elems;
-    cudaCheck(cudaMemcpyAsync(k_host.data() + b * block_elems, pool.k + offset,
+    cudaCheck(cudaMemcpyAsync(k.data() + b * block_elems, pool.k + offset,
                               block_elems * sizeof(bf16), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaMemcpyAsync(v_host.data() + b * block_elems, pool.v + offset,
+    cudaCheck(cudaMemcpyAsync(v.data() + b * block_elems, pool.v + offset,
                               block_elems * sizeof(bf16), cudaMemcpyDeviceToHost, s));
   }
   auto outputs = download_rows(r.attn.get(), step.trace_rows, q_cols, s, r.trace_staging);
+  const cpu::KvPool host{k.data(),        v.data(),          static_cast<int>(needed.size()),
+                         pool.block_size, pool.num_kv_heads, pool.head_dim};
   for (size_t i = 0; i < step.trace_rows.size(); ++i) {
-    const int row = step.trace_rows[i];
-    const cpu::AttentionQuery& query = step.queries[row];
-    const int blocks = (query.context_len + pool.block_size - 1) / pool.block_size;
-    std::vector<bf16> k(blocks * block_elems), v(blocks * block_elems);
-    std::vector<int32_t> table(blocks);
-    for (int b = 0; b < blocks; ++b) {
-      const size_t at =
-          std::find(needed.begin(), needed.end(), query.block_table[b]) - needed.begin();
-      std::copy_n(k_host.data() + at * block_elems, block_elems, k.data() + b * block_elems);
-      std::copy_n(v_host.data() + at * block_elems, block_elems, v.data() + b * block_elems);
-      table[b] = b;
-    }
-    const cpu::KvPool host{k.data(),        v.data(),          blocks,
-                           pool.block_size, pool.num_kv_heads, pool.head_dim};
+    const cpu::AttentionQuery& query = step.queries[step.trace_rows[i]];
     const std::string detail = attention_trace_detail(options.kernels, query, step.num_decode);
     step.trace->record(TraceEntry{
         layer, "attention", r.local.rank, step.trace_positions[i], detail, std::move(outputs[i]),
         false,
-        kv_context_hash(host, cpu::AttentionQuery{table.data(), query.context_len, query.decode})});
+        kv_context_hash(host,
+                        cpu::AttentionQuery{tables[i].data(), query.context_len, query.decode})});
   }
 }
 
