@@ -3,7 +3,8 @@
 // rows, an exact lookup of weights both backends make bit for bit, are bitwise equal; and the
 // divergence the CPU localizes at TP=4 with SP's ring reduce_scatter is localized on CUDA too.
 // The CUDA side downloads each op's traced rows with one wait (cuda_forward_layers.cpp): a wrong
-// row offset there shows up here as an embedding row that differs or an entry missing.
+// residual-stream row offset shows up here as an embedding row that differs, a lost entry as a
+// missing key; the sharded ops' values are only compared between the CUDA contexts (localize).
 #include <gtest/gtest.h>
 
 #include <map>
