@@ -22,6 +22,7 @@
 #include "models/cuda/bf16_bits.cuh"
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_chunk_tree.hpp"
+#include "models/cuda/gemm_chunk_tree_tiled.hpp"
 #include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
@@ -478,6 +479,9 @@ void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y
                             int K, int chunks, cudaStream_t stream) {
   const bool vector = (K / chunks) % kLanes == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                       reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  // M > 8: the shared-memory kernel (gemm_chunk_tree_tiled.cu) where each chunk is whole 64-wide
+  // slices, else the register-tiled one.
+  if (M > 8 && launch_chunk_tree_smem(x, w, y_bf16, y_f32, M, N, K, chunks, stream)) return;
   if (M > 8 && vector) return launch_tiled<4, 4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   // M = 1, measured on the H200 at qwen3-1.7b's shapes (reports/gpu/tp-invariant-gemv-2026-12-04):
   // from 4096 columns on the staged kernel (qkv 12.5 -> 10.7 us, gate_up 29.5 -> 24.4, lm_head

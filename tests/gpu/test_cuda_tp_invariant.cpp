@@ -4,6 +4,7 @@
 // - The GEMM is bit for bit the CPU family (models/cpu/gemm.cpp) on every GEMM shape of qwen3-1.7b
 //   at M = 1, 7, 64 and 513, and every row of a batch is bitwise the row computed alone.
 // - Wide M = 1 outputs (the staged GEMV) at chunk lengths below, across and beyond one stage.
+// - M > 8 on the shared-memory tiles: both tile heights, partial tiles, one- and three-slice chunks.
 // - A row-parallel rank's fp32 partial is bitwise the CPU's subtree at TP 2, 4 and 8, and the
 //   emulated GPU group's tree collectives are bitwise the host's tree_f32_sum.
 // - The engine (tiny model, emulated ranks on one GPU) at TP 1, 2, 4 and 8, with SP, graphs, the
@@ -231,6 +232,71 @@ TEST(CudaTpInvariantGemm, StagedGemvEqualsTheCpuOnWideOutputs) {
         differ32 += std::bit_cast<uint32_t>(got32[n]) != std::bit_cast<uint32_t>(want32[n]);
       }
       EXPECT_EQ(differ32, 0) << "K=" << K_local << " partial of " << chunks << " chunks";
+    }
+  }
+}
+
+// M > 8 with chunks of whole 64-wide K slices runs the shared-memory kernel
+// (gemm_chunk_tree_tiled.cu): chunks of one and of three slices, a last column tile of 16 of its
+// 64 columns, M that leaves the last row tile part empty, both tile heights (32-row tiles from two
+// blocks per multiprocessor on: M=513 here on a 132-SM H100 or H200, 16-row tiles below), bf16
+// outputs and every rank's fp32 partial (1, 2 and 4 chunks), each bitwise the CPU on every output.
+// Small enough for compute-sanitizer (SANITIZE_FILTER=CudaTpInvariantGemm.SharedMemory*).
+TEST(CudaTpInvariantGemm, SharedMemoryTilesEqualTheCpuOnEveryOutput) {
+  BIH_SKIP_WITHOUT_GPU();
+  cuda::CudaGemm gemm;
+  const int N = 16 * 64 + 16;
+  for (int slices : {1, 3}) {
+    const int K = kTpInvariantChunks * 64 * slices;
+    const std::vector<bf16> w = random_bf16(static_cast<size_t>(N) * K, 31 + slices);
+    const DeviceBuffer<bf16> w_dev(w);
+    for (int M : {9, 33, 100, 513}) {
+      const std::vector<bf16> x = random_bf16(static_cast<size_t>(M) * K, 40 + M + slices);
+      const DeviceBuffer<bf16> x_dev(x);
+      DeviceBuffer<bf16> y_dev(static_cast<size_t>(M) * N);
+      gemm.gemm(KernelFamily::tp_invariant, x_dev.get(), w_dev.get(), y_dev.get(), M, N, K,
+                nullptr);
+      std::vector<bf16> want(static_cast<size_t>(M) * N);
+      cpu::gemm(KernelFamily::tp_invariant, x.data(), w.data(), want.data(), M, N, K);
+      const std::vector<bf16> got = y_dev.download(0, y_dev.size());
+      int differ = 0;
+      std::string first;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (got[i].bits != want[i].bits && differ++ == 0) {
+          first = "row " + std::to_string(i / N) + " col " + std::to_string(i % N) + ": gpu " +
+                  hex(got[i].bits) + " cpu " + hex(want[i].bits);
+        }
+      }
+      EXPECT_EQ(differ, 0) << "K=" << K << " M=" << M << ": " << differ << " of " << got.size()
+                           << " differ; first " << first;
+      if (M != 33 && M != 513) continue;
+      for (int chunks : {1, 2, 4}) {  // a rank's dense copy of the first K * chunks / 8 columns
+        const int K_local = K * chunks / kTpInvariantChunks;
+        std::vector<bf16> x_local(static_cast<size_t>(M) * K_local);
+        std::vector<bf16> w_local(static_cast<size_t>(N) * K_local);
+        for (int m = 0; m < M; ++m) {
+          std::memcpy(x_local.data() + static_cast<size_t>(m) * K_local,
+                      x.data() + static_cast<size_t>(m) * K, K_local * sizeof(bf16));
+        }
+        for (int n = 0; n < N; ++n) {
+          std::memcpy(w_local.data() + static_cast<size_t>(n) * K_local,
+                      w.data() + static_cast<size_t>(n) * K, K_local * sizeof(bf16));
+        }
+        const DeviceBuffer<bf16> xl_dev(x_local), wl_dev(w_local);
+        DeviceBuffer<float> p_dev(static_cast<size_t>(M) * N);
+        gemm.gemm_tp_invariant_partial(xl_dev.get(), wl_dev.get(), p_dev.get(), M, N, K_local,
+                                       chunks, nullptr);
+        std::vector<float> want32(static_cast<size_t>(M) * N);
+        cpu::gemm_tp_invariant_partial(x_local.data(), w_local.data(), want32.data(), M, N,
+                                       K_local, chunks);
+        const std::vector<float> got32 = p_dev.download(0, p_dev.size());
+        int differ32 = 0;
+        for (size_t i = 0; i < got32.size(); ++i) {
+          differ32 += std::bit_cast<uint32_t>(got32[i]) != std::bit_cast<uint32_t>(want32[i]);
+        }
+        EXPECT_EQ(differ32, 0) << "K=" << K_local << " M=" << M << " partial of " << chunks
+                               << " chunks";
+      }
     }
   }
 }
