@@ -14,6 +14,11 @@
 // Those enter a binary counter over the chunk index, which is pairwise_tree_sum's tree for the
 // power-of-two chunk counts the family allows. Shared-memory rows are 72 bf16 (144 bytes): the
 // four column groups of a warp then fall on distinct banks, and its x reads are one broadcast.
+// Each slice is added with one fma per product where every operand the block staged for it is in
+// band, which is bitwise the rounded multiply and add (exact_product.hpp), else the long way; the
+// block decides per slice in the barrier that publishes it. On an H100 at qwen3-1.7b's shapes
+// (reports/gpu/tp-invariant-smem-2026-12-06) the register kernel ran at about 7 TFLOP/s, this
+// kernel at about 18 without the fused form and 24 with it.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -23,18 +28,19 @@
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_chunk_tree_tiled.hpp"
 #include "models/cuda/ptx.cuh"
+#include "models/exact_product.hpp"
 
 namespace bih::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kLanes = 8;
-constexpr int kSlice = 64;                   // K per shared-memory stage
-constexpr int kColumns = 64;                 // columns of y per block
-constexpr int kRowPitch = kSlice + kLanes;   // bf16 per shared-memory row (pad: 16 bytes)
-constexpr int kStages = 3;                   // cp.async pipeline depth
-constexpr int kMaxChunkLevels = 3;           // log2 of the 8 chunks a rank may hold
-constexpr int kGroups = kThreads / kLanes;   // 32 lane groups: 4 row groups x 8 column groups
+constexpr int kSlice = 64;                    // K per shared-memory stage
+constexpr int kColumns = 64;                  // columns of y per block
+constexpr int kRowPitch = kSlice + kLanes;    // bf16 per shared-memory row (pad: 16 bytes)
+constexpr int kStages = 3;                    // cp.async pipeline depth
+constexpr int kMaxChunkLevels = 3;            // log2 of the 8 chunks a rank may hold
+constexpr int kGroups = kThreads / kLanes;    // 32 lane groups: 4 row groups x 8 column groups
 constexpr int kRowGroups = kGroups / kLanes;  // 4
 
 template <int TM>
@@ -53,6 +59,30 @@ __device__ __forceinline__ void butterfly(float* v, int j, int d) {
     const float send = high ? v[q] : v[q + kCount / 2];
     const float keep = high ? v[q + kCount / 2] : v[q];
     v[q] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, d));
+  }
+}
+
+// Lane j of the chains of TM rows and 8 columns over one staged slice: k = j, j + 8, ... in order.
+// kFused: one fma per product, which the caller may choose only where every operand of the slice is
+// in band (then it is bitwise the rounded multiply and add; exact_product.hpp).
+template <int TM, bool kFused>
+__device__ __forceinline__ void add_slice(float (&acc)[TM][kLanes], const uint16_t* xs,
+                                          const uint16_t* ws) {
+#pragma unroll
+  for (int i = 0; i < kSlice / kLanes; ++i) {
+    float xf[TM], wf[kLanes];
+#pragma unroll
+    for (int t = 0; t < TM; ++t) xf[t] = bits::widen(xs[t * kRowPitch + i * kLanes]);
+#pragma unroll
+    for (int u = 0; u < kLanes; ++u) wf[u] = bits::widen(ws[u * kLanes * kRowPitch + i * kLanes]);
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+#pragma unroll
+      for (int u = 0; u < kLanes; ++u) {
+        acc[t][u] = kFused ? __fmaf_rn(xf[t], wf[u], acc[t][u])
+                           : __fadd_rn(acc[t][u], __fmul_rn(xf[t], wf[u]));
+      }
+    }
   }
 }
 
@@ -84,12 +114,26 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = tid; i < kPieces; i += kThreads) {
       const int r = i / (kSlice / kLanes);
       const int piece = i % (kSlice / kLanes);
-      const uint16_t* src =
-          r < T::kRows ? x + static_cast<size_t>(min(m_base + r, M - 1)) * K
-                       : w + static_cast<size_t>(min(n_base + r - T::kRows, N - 1)) * K;
+      const uint16_t* src = r < T::kRows
+                                ? x + static_cast<size_t>(min(m_base + r, M - 1)) * K
+                                : w + static_cast<size_t>(min(n_base + r - T::kRows, N - 1)) * K;
       ptx::cp_async_16<0>(base + (r * kRowPitch + piece * kLanes) * 2,
                           src + static_cast<size_t>(s) * kSlice + piece * kLanes);
     }
+  };
+  // Bit 15 or 31 set where a bf16 of the pieces this thread copied into `slice` is out of band; its
+  // own copies are visible to it once its cp.async group is waited for.
+  const auto out_of_band_pieces = [&](const uint16_t* slice) {
+    constexpr int kPieces = (T::kRows + kColumns) * (kSlice / kLanes);
+    uint32_t out = 0;
+#pragma unroll
+    for (int i = tid; i < kPieces; i += kThreads) {
+      const uint4 v = *reinterpret_cast<const uint4*>(slice + (i / (kSlice / kLanes)) * kRowPitch +
+                                                      (i % (kSlice / kLanes)) * kLanes);
+      out |= exact_product::out_of_band_pair(v.x) | exact_product::out_of_band_pair(v.y) |
+             exact_product::out_of_band_pair(v.z) | exact_product::out_of_band_pair(v.w);
+    }
+    return out;
   };
 
   float acc[TM][kLanes];  // [t][u]: lane j of the chain of row row0 + t, column col0 + 8u
@@ -108,23 +152,17 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   for (int s = 0; s < slices; ++s) {
     ptx::cp_async_wait<kStages - 2>();
-    __syncthreads();
+    // The slice's operands are in band (exact_product.hpp) unless some thread's pieces say not;
+    // the barrier that makes the slice visible to every thread also takes that vote.
+    const bool fused = !__syncthreads_or(out_of_band_pieces(stage[s % kStages]) != 0);
     if (s + kStages - 1 < slices) issue(s + kStages - 1, (s + kStages - 1) % kStages);
     ptx::cp_async_commit();
     const uint16_t* xs = stage[s % kStages] + row0 * kRowPitch + j;
     const uint16_t* ws = stage[s % kStages] + (T::kRows + col0) * kRowPitch + j;
-#pragma unroll
-    for (int i = 0; i < kSlice / kLanes; ++i) {
-      float xf[TM], wf[kLanes];
-#pragma unroll
-      for (int t = 0; t < TM; ++t) xf[t] = bits::widen(xs[t * kRowPitch + i * kLanes]);
-#pragma unroll
-      for (int u = 0; u < kLanes; ++u) wf[u] = bits::widen(ws[u * kLanes * kRowPitch + i * kLanes]);
-#pragma unroll
-      for (int t = 0; t < TM; ++t) {
-#pragma unroll
-        for (int u = 0; u < kLanes; ++u) acc[t][u] = __fadd_rn(acc[t][u], __fmul_rn(xf[t], wf[u]));
-      }
+    if (fused) {
+      add_slice<TM, true>(acc, xs, ws);
+    } else {
+      add_slice<TM, false>(acc, xs, ws);
     }
     if ((s + 1) % slices_per_chunk != 0) continue;
 

@@ -26,7 +26,11 @@ inline std::string shell_quote(const std::string& s) {
 
 inline BihResult run_bih(const std::vector<std::string>& args) {
   std::string cmd = shell_quote(BIH_BINARY);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
+  for (const auto& a : args) {
+    // Two appends: GCC 12 warns (-Wstringop-overflow, a false positive) on " " + std::string&&.
+    cmd += ' ';
+    cmd += shell_quote(a);
+  }
   cmd += " 2>&1";
   BihResult r;
   FILE* pipe = popen(cmd.c_str(), "r");
