@@ -24,6 +24,8 @@ inline constexpr int kMaxVendorSplits = 16;
 inline constexpr int kKeysPerPass = kAttentionThreads;
 static_assert(kKeysPerPass % kAttentionTile == 0, "a pass must hold whole tiles");
 inline constexpr int kTilesPerPass = kKeysPerPass / kAttentionTile;
+// The shortest pass the staged kernel's launcher picks: two tiles.
+inline constexpr int kMinKeysPerPass = 2 * kAttentionTile;
 static_assert(kTilesPerPass <= kMaxVendorSplits, "the fold factor arrays serve tiles and parts");
 
 // Addresses one KV head of one sequence by absolute position through its block table.

@@ -14,7 +14,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "models/cuda/attention_common.cuh"
@@ -37,11 +40,13 @@ using device::kDimsPerThread;
 using device::KeyView;
 using device::kKeysPerPass;
 using device::kMaxVendorSplits;
+using device::kMinKeysPerPass;
 using device::kTilesPerPass;
 using device::kWarpsPerBlock;
 using device::max_of;
 using device::mul;
 using device::narrow;
+using device::require;
 using device::sub;
 using device::u16;
 using device::widen;
@@ -58,12 +63,17 @@ __host__ __device__ constexpr int staged_value_stride(int head_dim) {
   return (head_dim + 7) / 8 * 8;
 }
 
-// attention_kernel's dynamic shared memory: k_s [kKeysPerPass, staged_key_stride] and v_s
-// [kKeysPerPass, staged_value_stride] bf16, then (vendor launches) part_acc [kMaxVendorSplits,
-// head_dim] fp32. Every region starts 16-byte aligned (strides are multiples of 8 elements).
-__host__ __device__ constexpr size_t attention_smem_bytes(int head_dim, bool vendor) {
-  return sizeof(u16) * kKeysPerPass *
-             static_cast<size_t>(staged_key_stride(head_dim) + staged_value_stride(head_dim)) +
+// A tile's weighted V sums: head_dim fp32, rounded up to whole float4 stores.
+__host__ __device__ constexpr int tile_acc_stride(int head_dim) { return (head_dim + 3) / 4 * 4; }
+
+// attention_kernel's dynamic shared memory for passes of `keys` keys: k_s [keys,
+// staged_key_stride] and v_s [keys, staged_value_stride] bf16, tile_acc [keys / kAttentionTile,
+// tile_acc_stride] fp32, then (vendor launches) part_acc [kMaxVendorSplits, head_dim] fp32. Every
+// region starts 16-byte aligned (strides are multiples of 8 bf16 or 4 fp32).
+__host__ __device__ constexpr size_t attention_smem_bytes(int head_dim, bool vendor, int keys) {
+  return sizeof(u16) * static_cast<size_t>(keys) *
+             (staged_key_stride(head_dim) + staged_value_stride(head_dim)) +
+         sizeof(float) * static_cast<size_t>(keys / kAttentionTile) * tile_acc_stride(head_dim) +
          (vendor ? sizeof(float) * kMaxVendorSplits * static_cast<size_t>(head_dim) : 0);
 }
 
@@ -200,14 +210,20 @@ struct FoldedSoftmax {
 };
 
 // grid [M * n_heads], block [kAttentionThreads], dynamic shared memory attention_smem_bytes(
-// head_dim, kVendor). q: [M, n_heads, head_dim]; out: same shape. vector_copies: head_dim % 8 ==
-// 0 and both pools 16-byte aligned. One instantiation per family: the invariant one carries no
-// flash-decoding code (a smaller kernel, fewer instruction-cache misses).
-template <bool kVendor>
-__global__ void __launch_bounds__(kAttentionThreads, 1)
+// head_dim, kVendor, keys_per_pass). q: [M, n_heads, head_dim]; out: same shape. vector_copies:
+// head_dim % 8 == 0 and both pools 16-byte aligned. keys_per_pass: a multiple of kAttentionTile
+// up to kKeysPerPass; it changes no arithmetic, only how many blocks fit on a multiprocessor (the
+// launcher's choice). One instantiation per family: the invariant one carries no flash-decoding
+// code (a smaller kernel, fewer instruction-cache misses). kShort (passes shorter than
+// kKeysPerPass): at most 64 registers per thread, so that 8 blocks fit on a multiprocessor (a
+// bs=64 decode step's 1024 (row, head) blocks in one wave); the long passes keep 74 to 78, whose
+// spill-free code is 3 to 4% faster for the few blocks of a bs=1 step.
+template <bool kVendor, bool kShort>
+__global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
     attention_kernel(const u16* q, const u16* pool_k, const u16* pool_v, int block_size,
                      int num_kv_heads, int head_dim, AttentionBatch batch, int n_heads, int group,
-                     float scale, int vendor_splits, bool vector_copies, u16* out) {
+                     float scale, int vendor_splits, bool vector_copies, int keys_per_pass,
+                     u16* out) {
   extern __shared__ __align__(16) unsigned char attention_smem[];
   __shared__ __align__(16) float q_s[kMaxHeadDim];
   __shared__ size_t key_offset[kKeysPerPass];  // the pass's keys' row offsets in the pools
@@ -217,7 +233,6 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   __shared__ float running_max[kKeysPerPass];  // vendor: its part's max after each key
   __shared__ float tile_max[kTilesPerPass];
   __shared__ float tile_sum[kTilesPerPass];
-  __shared__ __align__(16) float tile_acc[kTilesPerPass][kMaxHeadDim];  // tiles' weighted V sums
   __shared__ float fold_scale_total[kMaxVendorSplits];  // per tile or part, from fold_factors
   __shared__ float fold_scale_part[kMaxVendorSplits];
   __shared__ float fold_max[kMaxVendorSplits];
@@ -226,9 +241,12 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
 
   const int k_stride = staged_key_stride(head_dim);
   const int v_stride = staged_value_stride(head_dim);
-  u16* k_s = reinterpret_cast<u16*>(attention_smem);  // [kKeysPerPass, k_stride]
-  u16* v_s = k_s + kKeysPerPass * k_stride;           // [kKeysPerPass, v_stride]
-  float* part_acc = reinterpret_cast<float*>(v_s + kKeysPerPass * v_stride);  // [splits, head_dim]
+  const int acc_stride = tile_acc_stride(head_dim);
+  u16* k_s = reinterpret_cast<u16*>(attention_smem);  // [keys_per_pass, k_stride]
+  u16* v_s = k_s + keys_per_pass * k_stride;          // [keys_per_pass, v_stride]
+  // The pass's tiles' weighted V sums: [keys_per_pass / kAttentionTile, acc_stride].
+  float* tile_acc = reinterpret_cast<float*>(v_s + keys_per_pass * v_stride);
+  float* part_acc = tile_acc + keys_per_pass / kAttentionTile * acc_stride;  // [splits, head_dim]
 
   const int row = blockIdx.x / n_heads;
   const int h = blockIdx.x % n_heads;
@@ -260,11 +278,11 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
   const int parts = split && context > 0 ? (context + chunk - 1) / chunk : 0;
 
   FoldedSoftmax<kDimsPerThread> total;
-  for (int pass_begin = 0; pass_begin < context; pass_begin += kKeysPerPass) {
-    const int pass_keys = min(kKeysPerPass, context - pass_begin);
+  for (int pass_begin = 0; pass_begin < context; pass_begin += keys_per_pass) {
+    const int pass_keys = min(keys_per_pass, context - pass_begin);
     const int pass_end = pass_begin + pass_keys;
     if (t < pass_keys) key_offset[t] = keys.offset_in(pass_block, pass_begin + t);
-    pass_block = table_entry(pass_begin + kKeysPerPass + t);
+    pass_block = table_entry(pass_begin + keys_per_pass + t);
     __syncthreads();  // key_offset (and q_s)
     stage_rows(k_s, k_stride, pool_k, key_offset, pass_keys, head_dim, vector_copies);
     commit_copies();
@@ -411,7 +429,8 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
               a[3] = add(a[3], mul(w[p], __uint_as_float(piece.y & 0xffff0000u)));
             }
           }
-          *reinterpret_cast<float4*>(&tile_acc[tile][d0]) = make_float4(a[0], a[1], a[2], a[3]);
+          *reinterpret_cast<float4*>(&tile_acc[tile * acc_stride + d0]) =
+              make_float4(a[0], a[1], a[2], a[3]);
         }
       }
       __syncthreads();  // tile partials and factors
@@ -419,8 +438,10 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
       for (int tile = 0; tile < tiles; ++tile) {
         float part[kDimsPerThread];
 #pragma unroll
-        for (int j = 0; j < kDimsPerThread; ++j)
-          part[j] = tile_acc[tile][t + j * kAttentionThreads];
+        for (int j = 0; j < kDimsPerThread; ++j) {
+          const int d = t + j * kAttentionThreads;
+          part[j] = d < head_dim ? tile_acc[tile * acc_stride + d] : 0.0f;
+        }
         total.fold(tile_max[tile], tile_sum[tile], part, fold_scale_total[tile],
                    fold_scale_part[tile], fold_max[tile]);
       }
@@ -455,7 +476,7 @@ __global__ void __launch_bounds__(kAttentionThreads, 1)
 // Lets attention_kernel launch with `bytes` of dynamic shared memory on the current device. Past
 // the 48 KiB default that takes an opt-in per device, made once per size increase (the call
 // synchronizes the runtime, so not on every launch).
-template <bool kVendor>
+template <bool kVendor, bool kShort>
 void allow_attention_smem(size_t bytes) {
   constexpr size_t kDefaultDynamicSmem = 48 * 1024;
   if (bytes <= kDefaultDynamicSmem) return;
@@ -471,38 +492,102 @@ void allow_attention_smem(size_t bytes) {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
   const cudaError_t set =
-      cudaFuncSetAttribute(attention_kernel<kVendor>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(bytes));
+      cudaFuncSetAttribute(attention_kernel<kVendor, kShort>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
   cudaCheck(set);
   allowed[device] = bytes;
+}
+
+// Blocks of attention_kernel<kVendor, kShort> resident on one multiprocessor with passes of `keys`
+// keys at this head_dim, once per (device, head_dim, keys) per instantiation.
+template <bool kVendor, bool kShort>
+int resident_attention_blocks(int head_dim, int keys) {
+  const size_t smem = attention_smem_bytes(head_dim, kVendor, keys);
+  allow_attention_smem<kVendor, kShort>(smem);
+  int device = 0;
+  cudaCheck(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, int> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(device, head_dim, keys);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int blocks = 0;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;  // no stream work (see above)
+  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t got = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &blocks, attention_kernel<kVendor, kShort>, kAttentionThreads, smem);
+  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
+  cudaCheck(got);
+  known.emplace(key, blocks);
+  return blocks;
+}
+
+int multiprocessor_count() {
+  int device = 0;
+  int count = 0;
+  cudaCheck(cudaGetDevice(&device));
+  cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+// The longest pass (fewest passes over a long context) whose blocks all fit in one wave; the
+// shortest where none does. A function of the launch's shape, never of the contexts.
+template <bool kVendor>
+int pick_keys_per_pass(int head_dim, int64_t blocks) {
+  const int64_t sms = multiprocessor_count();
+  if (blocks <= sms * resident_attention_blocks<kVendor, false>(head_dim, kKeysPerPass)) {
+    return kKeysPerPass;
+  }
+  if (blocks <= sms * resident_attention_blocks<kVendor, true>(head_dim, kKeysPerPass / 2)) {
+    return kKeysPerPass / 2;
+  }
+  return kMinKeysPerPass;
 }
 
 }  // namespace
 
 void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            const AttentionBatch& batch, int M, int n_heads, int vendor_splits,
-                           bf16* out, Stream stream) {
+                           bf16* out, Stream stream, int keys_per_pass) {
   check_attention_args(kv, M, n_heads, vendor_splits);
+  require(
+      keys_per_pass == 0 || (keys_per_pass >= kMinKeysPerPass && keys_per_pass <= kKeysPerPass &&
+                             keys_per_pass % kAttentionTile == 0),
+      "attention: keys_per_pass " + std::to_string(keys_per_pass) +
+          " is neither 0 (chosen by the launch's shape) nor a multiple of " +
+          std::to_string(kAttentionTile) + " in [" + std::to_string(kMinKeysPerPass) + ", " +
+          std::to_string(kKeysPerPass) + "]");
   if (M == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(kv.head_dim));  // as on the CPU
   const int64_t blocks = int64_t{M} * n_heads;
   const bool vendor = family == KernelFamily::vendor;
   const bool vector_copies = kv.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                              reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
-  const size_t smem = attention_smem_bytes(kv.head_dim, vendor);
+  if (keys_per_pass == 0) {
+    keys_per_pass = vendor ? pick_keys_per_pass<true>(kv.head_dim, blocks)
+                           : pick_keys_per_pass<false>(kv.head_dim, blocks);
+  }
+  const size_t smem = attention_smem_bytes(kv.head_dim, vendor, keys_per_pass);
   const auto launch = [&](auto kernel) {
     kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem, stream>>>(
         bits_of(q), bits_of(kv.k), bits_of(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim,
         batch, n_heads, n_heads / kv.num_kv_heads, scale, vendor_splits, vector_copies,
-        bits_of(out));
+        keys_per_pass, bits_of(out));
   };
-  if (vendor) {
-    allow_attention_smem<true>(smem);
-    launch(attention_kernel<true>);
+  const bool short_passes = keys_per_pass < kKeysPerPass;
+  if (vendor && short_passes) {
+    allow_attention_smem<true, true>(smem);
+    launch(attention_kernel<true, true>);
+  } else if (vendor) {
+    allow_attention_smem<true, false>(smem);
+    launch(attention_kernel<true, false>);
+  } else if (short_passes) {
+    allow_attention_smem<false, true>(smem);
+    launch(attention_kernel<false, true>);
   } else {
-    allow_attention_smem<false>(smem);
-    launch(attention_kernel<false>);
+    allow_attention_smem<false, false>(smem);
+    launch(attention_kernel<false, false>);
   }
   check_launch();
 }

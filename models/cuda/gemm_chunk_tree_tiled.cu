@@ -14,8 +14,13 @@
 // Those enter a binary counter over the chunk index, which is pairwise_tree_sum's tree for the
 // power-of-two chunk counts the family allows. Shared-memory rows are 72 bf16 (144 bytes): the
 // four column groups of a warp then fall on distinct banks, and its x reads are one broadcast.
-// On an H100 at qwen3-1.7b's shapes (reports/gpu/tp-invariant-smem-2026-12-06) the register kernel
-// ran at about 7.5 TFLOP/s and this one at 15 to 18.
+// With 32-row tiles each slice is added with one fma per product where every operand the block
+// staged for it is in band, which is bitwise the rounded multiply and add (exact_product.hpp), else
+// the long way; the block decides per slice in the barrier that publishes it. The 16-row tiles,
+// chosen when blocks are few, skip the vote: there it cost more than the fmas saved. On an H100 at
+// qwen3-1.7b's shapes the register kernel ran at about 7 TFLOP/s, this kernel at about 15 to 18
+// without the fused form and 18 to 21 with it (reports/gpu/tp-invariant-smem-2026-12-06 and
+// reports/gpu/tp-invariant-fma-2026-12-06).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -25,6 +30,7 @@
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_chunk_tree_tiled.hpp"
 #include "models/cuda/ptx.cuh"
+#include "models/exact_product.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -58,6 +64,30 @@ __device__ __forceinline__ void butterfly(float* v, int j, int d) {
   }
 }
 
+// Lane j of the chains of TM rows and 8 columns over one staged slice: k = j, j + 8, ... in order.
+// kFused: one fma per product, which the caller may choose only where every operand of the slice is
+// in band (then it is bitwise the rounded multiply and add; exact_product.hpp).
+template <int TM, bool kFused>
+__device__ __forceinline__ void add_slice(float (&acc)[TM][kLanes], const uint16_t* xs,
+                                          const uint16_t* ws) {
+#pragma unroll
+  for (int i = 0; i < kSlice / kLanes; ++i) {
+    float xf[TM], wf[kLanes];
+#pragma unroll
+    for (int t = 0; t < TM; ++t) xf[t] = bits::widen(xs[t * kRowPitch + i * kLanes]);
+#pragma unroll
+    for (int u = 0; u < kLanes; ++u) wf[u] = bits::widen(ws[u * kLanes * kRowPitch + i * kLanes]);
+#pragma unroll
+    for (int t = 0; t < TM; ++t) {
+#pragma unroll
+      for (int u = 0; u < kLanes; ++u) {
+        acc[t][u] = kFused ? __fmaf_rn(xf[t], wf[u], acc[t][u])
+                           : __fadd_rn(acc[t][u], __fmul_rn(xf[t], wf[u]));
+      }
+    }
+  }
+}
+
 template <int TM>
 __global__ void __launch_bounds__(kThreads, 2)
     chunk_tree_smem_kernel(const uint16_t* __restrict__ x,  // [M, K]
@@ -66,6 +96,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                            float* __restrict__ y_f32,       // [M, N] or null
                            int M, int N, int K, int chunks) {
   using T = Tile<TM>;
+  constexpr bool kFusedSlices = TM == 8;
   __shared__ __align__(16) uint16_t stage[kStages][T::kStageElems];
   const int tid = threadIdx.x;
   const int j = tid % kLanes;
@@ -93,6 +124,20 @@ __global__ void __launch_bounds__(kThreads, 2)
                           src + static_cast<size_t>(s) * kSlice + piece * kLanes);
     }
   };
+  // Bit 15 or 31 set where a bf16 of the pieces this thread copied into `slice` is out of band; its
+  // own copies are visible to it once its cp.async group is waited for.
+  const auto out_of_band_pieces = [&](const uint16_t* slice) {
+    constexpr int kPieces = (T::kRows + kColumns) * (kSlice / kLanes);
+    uint32_t out = 0;
+#pragma unroll
+    for (int i = tid; i < kPieces; i += kThreads) {
+      const uint4 v = *reinterpret_cast<const uint4*>(slice + (i / (kSlice / kLanes)) * kRowPitch +
+                                                      (i % (kSlice / kLanes)) * kLanes);
+      out |= exact_product::out_of_band_pair(v.x) | exact_product::out_of_band_pair(v.y) |
+             exact_product::out_of_band_pair(v.z) | exact_product::out_of_band_pair(v.w);
+    }
+    return out;
+  };
 
   float acc[TM][kLanes];  // [t][u]: lane j of the chain of row row0 + t, column col0 + 8u
   float pending[kMaxChunkLevels][TM] = {};  // the chunk counter's unfinished left subtrees
@@ -110,23 +155,22 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   for (int s = 0; s < slices; ++s) {
     ptx::cp_async_wait<kStages - 2>();
-    __syncthreads();
+    // The slice's operands are in band (exact_product.hpp) unless some thread's pieces say not;
+    // the barrier that makes the slice visible to every thread also takes that vote.
+    bool fused = false;
+    if constexpr (kFusedSlices) {
+      fused = !__syncthreads_or(out_of_band_pieces(stage[s % kStages]) != 0);
+    } else {
+      __syncthreads();
+    }
     if (s + kStages - 1 < slices) issue(s + kStages - 1, (s + kStages - 1) % kStages);
     ptx::cp_async_commit();
     const uint16_t* xs = stage[s % kStages] + row0 * kRowPitch + j;
     const uint16_t* ws = stage[s % kStages] + (T::kRows + col0) * kRowPitch + j;
-#pragma unroll
-    for (int i = 0; i < kSlice / kLanes; ++i) {
-      float xf[TM], wf[kLanes];
-#pragma unroll
-      for (int t = 0; t < TM; ++t) xf[t] = bits::widen(xs[t * kRowPitch + i * kLanes]);
-#pragma unroll
-      for (int u = 0; u < kLanes; ++u) wf[u] = bits::widen(ws[u * kLanes * kRowPitch + i * kLanes]);
-#pragma unroll
-      for (int t = 0; t < TM; ++t) {
-#pragma unroll
-        for (int u = 0; u < kLanes; ++u) acc[t][u] = __fadd_rn(acc[t][u], __fmul_rn(xf[t], wf[u]));
-      }
+    if (fused) {
+      add_slice<TM, true>(acc, xs, ws);
+    } else {
+      add_slice<TM, false>(acc, xs, ws);
     }
     if ((s + 1) % slices_per_chunk != 0) continue;
 

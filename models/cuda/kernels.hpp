@@ -148,12 +148,16 @@ struct AttentionBatch {
 // the online-softmax rescaling. vendor: decode rows split their context into vendor_splits
 // contiguous parts reduced in parallel key by key, then combined in order (flash-decoding);
 // prefill rows as invariant. Most callers want attention() below, which picks vendor_splits.
-// Each pass of up to 128 keys is staged in shared memory (66 KiB at head_dim 128, 146 KiB at 256;
-// past the 48 KiB default it is opted in once per device). attention_reference.hpp keeps the
-// previous, unstaged kernel as the bitwise reference of this one (tests only).
+// Each pass of up to keys_per_pass keys is staged in shared memory (at 128 keys 67 KiB at
+// head_dim 128, 150 KiB at 256; past the 48 KiB default it is opted in once per device). The pass
+// length changes no bit of the output: 0 lets the launcher pick, from M * n_heads, the longest of
+// 128, 64 and 32 keys whose blocks all fit on the GPU at once (a decode step at bs=1 takes 128, at
+// bs=64 32); tests pass 32, 64 or 128 (any multiple of kAttentionTile from 32 to 128). An
+// attention_reference.hpp keeps the previous, unstaged kernel as the bitwise reference of this
+// one (tests only).
 void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            const AttentionBatch& batch, int M, int n_heads, int vendor_splits,
-                           bf16* out, Stream stream);
+                           bf16* out, Stream stream, int keys_per_pass = 0);
 
 // ---- sampling -------------------------------------------------------------------------------
 // Greedy sampling over logits[M,V]: tokens[M] the argmax (ties to the lowest id; the CPU's scan,

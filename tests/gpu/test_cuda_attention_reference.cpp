@@ -10,7 +10,8 @@
 // (tiles straddling blocks), every context 0..600 plus longer ones (1 to 10 passes of 128 keys),
 // decode and prefill rows, a chunked prefill of one sequence, M 1, 3 and 64, vendor splits 1, 2, 3,
 // 5 and 16 (parts crossing and meeting pass edges), large queries (weights underflowing to 0),
-// repeated blocks (tied scores), and inputs holding NaN, infinities and signed zeros.
+// repeated blocks (tied scores), and inputs holding NaN, infinities and signed zeros; and every
+// batch with passes of 32, 64 and 128 keys as well as the launcher's own pick.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -112,9 +113,11 @@ Row random_row(const Shape& s, std::mt19937_64& rng, int context, bool decode) {
 
 enum class Kernel { staged, reference };
 
-// out [rows, n_heads * head_dim] bits of one launch.
+// out [rows, n_heads * head_dim] bits of one launch; keys_per_pass as attention_with_splits takes
+// it (the staged kernel only).
 std::vector<uint16_t> run(Kernel kernel, KernelFamily family, int vendor_splits, const Shape& s,
-                          const DevicePool& pool, const std::vector<Row>& rows) {
+                          const DevicePool& pool, const std::vector<Row>& rows,
+                          int keys_per_pass = 0) {
   const int M = static_cast<int>(rows.size());
   std::vector<int32_t> tables, contexts;
   std::vector<uint8_t> decode;
@@ -131,7 +134,7 @@ std::vector<uint16_t> run(Kernel kernel, KernelFamily family, int vendor_splits,
   const cuda::AttentionBatch batch{dtables.get(), s.stride, dcontexts.get(), ddecode.get()};
   if (kernel == Kernel::staged) {
     cuda::attention_with_splits(family, dq.get(), pool.pool(), batch, M, s.n_heads, vendor_splits,
-                                dout.get(), nullptr);
+                                dout.get(), nullptr, keys_per_pass);
   } else {
     cuda::attention_with_splits_reference(family, dq.get(), pool.pool(), batch, M, s.n_heads,
                                           vendor_splits, dout.get(), nullptr);
@@ -142,8 +145,9 @@ std::vector<uint16_t> run(Kernel kernel, KernelFamily family, int vendor_splits,
   return out_bits;
 }
 
-// The batch under both kernels, invariant family and vendor with each split count: equal bits,
-// reported by the first differing (row, head, dim). Returns the elements compared.
+// The batch under both kernels, invariant family and vendor with each split count, the staged
+// kernel at every pass length: equal bits, reported by the first differing (row, head, dim).
+// Returns the elements compared.
 size_t expect_same_bits(const std::string& what, const Shape& s, const DevicePool& pool,
                         const std::vector<Row>& rows) {
   const size_t row_width = static_cast<size_t>(s.n_heads) * s.head_dim;
@@ -152,25 +156,29 @@ size_t expect_same_bits(const std::string& what, const Shape& s, const DevicePoo
       {KernelFamily::invariant, 16}, {KernelFamily::vendor, 1}, {KernelFamily::vendor, 2},
       {KernelFamily::vendor, 3},     {KernelFamily::vendor, 5}, {KernelFamily::vendor, 16}};
   for (const auto& [family, splits] : launches) {
-    const std::vector<uint16_t> staged = run(Kernel::staged, family, splits, s, pool, rows);
     const std::vector<uint16_t> reference = run(Kernel::reference, family, splits, s, pool, rows);
-    EXPECT_EQ(staged.size(), reference.size());
-    size_t differ = 0, first = staged.size();
-    for (size_t i = 0; i < staged.size() && i < reference.size(); ++i) {
-      if (staged[i] != reference[i]) {
-        ++differ;
-        first = std::min(first, i);
+    for (const int keys_per_pass : {0, 32, 64, 128}) {
+      const std::vector<uint16_t> staged =
+          run(Kernel::staged, family, splits, s, pool, rows, keys_per_pass);
+      EXPECT_EQ(staged.size(), reference.size());
+      size_t differ = 0, first = staged.size();
+      for (size_t i = 0; i < staged.size() && i < reference.size(); ++i) {
+        if (staged[i] != reference[i]) {
+          ++differ;
+          first = std::min(first, i);
+        }
       }
-    }
-    compared += staged.size();
-    if (differ > 0) {
-      const Row& r = rows[first / row_width];
-      ADD_FAILURE() << what << " " << s.name << " " << bih::to_string(family)
-                    << " splits=" << splits << ": " << differ << " of " << staged.size()
-                    << " differ; first at row " << first / row_width << " (context " << r.context
-                    << (r.decode ? ", decode" : ", prefill") << ") head "
-                    << first % row_width / s.head_dim << " dim " << first % s.head_dim << ": "
-                    << staged[first] << " vs reference " << reference[first];
+      compared += staged.size();
+      if (differ > 0) {
+        const Row& r = rows[first / row_width];
+        ADD_FAILURE() << what << " " << s.name << " " << bih::to_string(family)
+                      << " splits=" << splits << " keys_per_pass=" << keys_per_pass << ": "
+                      << differ << " of " << staged.size() << " differ; first at row "
+                      << first / row_width << " (context " << r.context
+                      << (r.decode ? ", decode" : ", prefill") << ") head "
+                      << first % row_width / s.head_dim << " dim " << first % s.head_dim << ": "
+                      << staged[first] << " vs reference " << reference[first];
+      }
     }
   }
   return compared;
