@@ -22,6 +22,8 @@
 // heads), silu_mul, write_kv, qkv_norm_rope_write_kv (the fused attention input the engine runs:
 // split, both head norms and RoPE, and the KV write in one launch), embedding (token lookup in the
 // [vocab, hidden] table; the lm_head row gather is the same kernel over a [M, hidden] table),
+// attention_long/invariant/ctx=<512|4096>/<whole|split_kv> at M=1 (block tables sized for the
+// context; split_kv gives the scratch, as the engine does: each 128 keys get a block of their own),
 // attention/<family>/ctx=<64|512> (decode rows, one sequence per row; vendor splits as the engine
 // picks them for M decode rows), greedy_sample (its three kernels as one launch: nodes_per_launch
 // 3), qkv_split_copies (the three cudaMemcpy2DAsync of cuda_forward_layers.cpp's enqueue_piece as
@@ -276,9 +278,9 @@ struct DecodeContexts {
   int blocks_per_seq = 0;
 };
 
-DecodeContexts decode_contexts(int M, int context) {
+DecodeContexts decode_contexts(int M, int context, int max_model_len = kMaxModelLen) {
   DecodeContexts c;
-  c.stride = (kMaxModelLen + kBlockSize - 1) / kBlockSize;
+  c.stride = (max_model_len + kBlockSize - 1) / kBlockSize;
   c.blocks_per_seq = (context + kBlockSize - 1) / kBlockSize;
   const int num_blocks = M * c.blocks_per_seq;
   const size_t pool_elems =
@@ -375,6 +377,30 @@ KernelCase attention_case(int M, KernelFamily family, int context) {
             cu::attention(family, q->get(), contexts->pool, batch, M, n_heads, M, out->get(), s);
           },
           bytes, 1, label};
+}
+
+// The invariant family's decode attention at long contexts (the block tables sized for exactly
+// `context`), with split KV (the engine's way: the scratch given) or without it.
+KernelCase attention_long_case(int M, int context, bool split) {
+  const int n_heads = kConfig.num_heads;
+  const int hd = kConfig.head_dim;
+  auto contexts = std::make_shared<DecodeContexts>(decode_contexts(M, context, context));
+  auto q = random_bf16(size_t{1} * M * n_heads * hd, 19);    // [M, n_heads, hd]
+  auto out = random_bf16(size_t{1} * M * n_heads * hd, 20);  // [M, n_heads * hd]
+  const size_t scratch_bytes = split ? cu::attention_split_scratch_bytes(hd, context) : 0;
+  auto scratch = std::make_shared<DeviceBuffer<uint8_t>>(std::max<size_t>(scratch_bytes, 1));
+  const cu::AttentionBatch batch{contexts->block_tables->get(), contexts->stride,
+                                 contexts->context_lens->get(), contexts->decode->get()};
+  const double bytes =
+      kBf16Bytes * (2.0 * M * n_heads * hd + 2.0 * M * context * kConfig.num_kv_heads * hd) +
+      4.0 * M * contexts->blocks_per_seq + 5.0 * M;
+  return {[=](cudaStream_t s) {
+            cu::attention(KernelFamily::invariant, q->get(), contexts->pool, batch, M, n_heads, M,
+                          out->get(), s, split ? scratch->get() : nullptr, scratch_bytes);
+          },
+          bytes, 1,
+          "q " + dims({M, n_heads, hd}) + " ctx " + std::to_string(context) +
+              (split ? " split KV" : " whole context per block")};
 }
 
 KernelCase greedy_sample_case(int M) {
@@ -543,6 +569,15 @@ void register_kernel_benchmarks() {
         register_kernel(
             "attention/" + bih::to_string(family) + "/ctx=" + std::to_string(context),
             [family, context](int m) { return attention_case(m, family, context); }, M);
+      }
+    }
+    for (int context : {512, 4096}) {
+      for (bool split : {false, true}) {
+        if (M != 1) continue;  // split KV serves few blocks; at M=64 the pool would be 1 GiB
+        register_kernel(
+            "attention_long/invariant/ctx=" + std::to_string(context) +
+                (split ? "/split_kv" : "/whole"),
+            [context, split](int m) { return attention_long_case(m, context, split); }, M);
       }
     }
     register_kernel("greedy_sample", greedy_sample_case, M);

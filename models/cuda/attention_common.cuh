@@ -4,6 +4,8 @@
 // kernel it vouches for in how it finds a key or what it accepts. Numerics: device_math.cuh.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -27,6 +29,26 @@ inline constexpr int kTilesPerPass = kKeysPerPass / kAttentionTile;
 // The shortest pass the staged kernel's launcher picks: two tiles.
 inline constexpr int kMinKeysPerPass = 2 * kAttentionTile;
 static_assert(kTilesPerPass <= kMaxVendorSplits, "the fold factor arrays serve tiles and parts");
+
+// A tile's weighted V sums: head_dim fp32, rounded up to whole float4 stores.
+__host__ __device__ constexpr int tile_acc_stride(int head_dim) { return (head_dim + 3) / 4 * 4; }
+
+// Split KV (attention_split_kv.cu): the keys of one segment, one block's share of a context.
+inline constexpr int kSplitKeys = 128;
+static_assert(kSplitKeys % kKeysPerPass == 0, "a segment is whole passes of any length");
+// The unfolded tiles of a split launch, for block b = row * n_heads + head and absolute tile i:
+// stats[2 (b max_tiles + i)] its max and [.. + 1] its sum of weights; acc[(b max_tiles + i)
+// tile_acc_stride(head_dim) + d] its weighted V sum of dim d. stats null: no split.
+struct SplitTiles {
+  float* stats = nullptr;
+  float* acc = nullptr;
+  int max_tiles = 0;
+};
+
+// Folds the tiles a split launch left in `tiles` into out [M, n_heads, head_dim], for rows whose
+// context is past one segment (attention_split_kv.cu).
+void fold_split_tiles(const SplitTiles& tiles, const int32_t* context_lens, int M, int n_heads,
+                      int head_dim, u16* out, cudaStream_t stream);
 
 // Addresses one KV head of one sequence by absolute position through its block table.
 struct KeyView {

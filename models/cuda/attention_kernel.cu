@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "models/cuda/attention_common.cuh"
+#include "models/cuda/attention_staging.cuh"
 #include "models/cuda/check.hpp"
 #include "models/cuda/device_math.cuh"
 #include "models/cuda/kernels.hpp"
@@ -29,11 +30,14 @@ namespace bih::cuda {
 namespace {
 
 using device::add;
+using device::attention_smem_bytes;
 using device::bits_of;
 using device::check_attention_args;
 using device::check_launch;
+using device::commit_copies;
 using device::divide;
 using device::exp_f;
+using device::fold_split_tiles;
 using device::kAttentionThreads;
 using device::kDimsPerLane;
 using device::kDimsPerThread;
@@ -41,122 +45,23 @@ using device::KeyView;
 using device::kKeysPerPass;
 using device::kMaxVendorSplits;
 using device::kMinKeysPerPass;
+using device::kSplitKeys;
 using device::kTilesPerPass;
 using device::kWarpsPerBlock;
 using device::max_of;
 using device::mul;
 using device::narrow;
 using device::require;
+using device::SplitTiles;
+using device::stage_rows;
+using device::staged_key_stride;
+using device::staged_score;
+using device::staged_value_stride;
 using device::sub;
+using device::tile_acc_stride;
 using device::u16;
+using device::wait_copies;
 using device::widen;
-
-// Staged key rows: head_dim in 16-byte pieces, plus a piece when their count is even, so that
-// the rows of 8 consecutive threads start in distinct 16-byte bank groups and the per-thread dot
-// products read shared memory without bank conflicts.
-__host__ __device__ constexpr int staged_key_stride(int head_dim) {
-  const int pieces = (head_dim + 7) / 8;
-  return 8 * (pieces % 2 == 0 ? pieces + 1 : pieces);
-}
-// Staged value rows are read along head_dim by consecutive threads: no padding needed.
-__host__ __device__ constexpr int staged_value_stride(int head_dim) {
-  return (head_dim + 7) / 8 * 8;
-}
-
-// A tile's weighted V sums: head_dim fp32, rounded up to whole float4 stores.
-__host__ __device__ constexpr int tile_acc_stride(int head_dim) { return (head_dim + 3) / 4 * 4; }
-
-// attention_kernel's dynamic shared memory for passes of `keys` keys: k_s [keys,
-// staged_key_stride] and v_s [keys, staged_value_stride] bf16, tile_acc [keys / kAttentionTile,
-// tile_acc_stride] fp32, then (vendor launches) part_acc [kMaxVendorSplits, head_dim] fp32. Every
-// region starts 16-byte aligned (strides are multiples of 8 bf16 or 4 fp32).
-__host__ __device__ constexpr size_t attention_smem_bytes(int head_dim, bool vendor, int keys) {
-  return sizeof(u16) * static_cast<size_t>(keys) *
-             (staged_key_stride(head_dim) + staged_value_stride(head_dim)) +
-         sizeof(float) * static_cast<size_t>(keys / kAttentionTile) * tile_acc_stride(head_dim) +
-         (vendor ? sizeof(float) * kMaxVendorSplits * static_cast<size_t>(head_dim) : 0);
-}
-
-// Asynchronous 16-byte global -> shared copies (cp.async, sm_80+; a plain copy before that).
-__device__ __forceinline__ void copy_16_async(void* shared_dst, const void* global_src) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
-  const size_t src = __cvta_generic_to_global(global_src);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-#else
-  *static_cast<uint4*>(shared_dst) = *static_cast<const uint4*>(global_src);
-#endif
-}
-// Closes this thread's copies issued since the last commit into one group.
-__device__ __forceinline__ void commit_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-#endif
-}
-// Waits until at most kPending of this thread's groups are in flight (a barrier must follow
-// before other threads read the data).
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-#endif
-}
-
-// Copies `rows` rows of head_dim bf16, row r from pool + key_offset[r], to shared dst + r *
-// stride, with all threads of the block. vector (head_dim % 8 == 0, 16-byte aligned pool): 16-byte
-// asynchronous pieces, consecutive threads on consecutive pieces; otherwise element by element.
-__device__ void stage_rows(u16* dst, int stride, const u16* pool, const size_t* key_offset,
-                           int rows, int head_dim, bool vector) {
-  if (vector) {
-    const int pieces = head_dim / 8;  // per row
-    const int count = rows * pieces;
-    // Copy piece i is (row, piece) = (i / pieces, i % pieces), stepped without a division.
-    int row = static_cast<int>(threadIdx.x) / pieces;
-    int piece = static_cast<int>(threadIdx.x) % pieces;
-    const int row_step = static_cast<int>(blockDim.x) / pieces;
-    const int piece_step = static_cast<int>(blockDim.x) % pieces;
-    for (int i = threadIdx.x; i < count; i += blockDim.x) {
-      copy_16_async(dst + row * stride + 8 * piece, pool + key_offset[row] + 8 * piece);
-      row += row_step;
-      piece += piece_step;
-      if (piece >= pieces) {
-        piece -= pieces;
-        ++row;
-      }
-    }
-  } else {
-    for (int i = threadIdx.x; i < rows * head_dim; i += blockDim.x) {
-      const int row = i / head_dim;
-      const int d = i - row * head_dim;
-      dst[row * stride + d] = pool[key_offset[row] + d];
-    }
-  }
-}
-
-// q . k in index order over head_dim, fp32, times the softmax scale (the CPU's score()); q and
-// the key row in shared memory (vector: 16-byte aligned, head_dim % 8 == 0).
-__device__ __forceinline__ float staged_score(const float* q, const u16* key, int head_dim,
-                                              float scale, bool vector) {
-  float dot = 0.0f;
-  if (vector) {
-#pragma unroll 2
-    for (int d = 0; d < head_dim; d += 8) {
-      const uint4 piece = *reinterpret_cast<const uint4*>(key + d);
-      const float4 q_lo = *reinterpret_cast<const float4*>(q + d);
-      const float4 q_hi = *reinterpret_cast<const float4*>(q + d + 4);
-      const float qs[8] = {q_lo.x, q_lo.y, q_lo.z, q_lo.w, q_hi.x, q_hi.y, q_hi.z, q_hi.w};
-      const uint32_t pairs[4] = {piece.x, piece.y, piece.z, piece.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {  // little endian: element d + 2i is the low half of pair i
-        dot = add(dot, mul(qs[2 * i], __uint_as_float(pairs[i] << 16)));
-        dot = add(dot, mul(qs[2 * i + 1], __uint_as_float(pairs[i] & 0xffff0000u)));
-      }
-    }
-  } else {
-    for (int d = 0; d < head_dim; ++d) dot = add(dot, mul(q[d], widen(key[d])));
-  }
-  return mul(dot, scale);
-}
 
 // The fold factors of partial i of a sequence folded in order into a running total (the CPU's
 // combine(), RunningSoftmax::fold in attention_reference_kernel.cu): the total's max before
@@ -223,7 +128,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
     attention_kernel(const u16* q, const u16* pool_k, const u16* pool_v, int block_size,
                      int num_kv_heads, int head_dim, AttentionBatch batch, int n_heads, int group,
                      float scale, int vendor_splits, bool vector_copies, int keys_per_pass,
-                     u16* out) {
+                     SplitTiles split_tiles, u16* out) {
   extern __shared__ __align__(16) unsigned char attention_smem[];
   __shared__ __align__(16) float q_s[kMaxHeadDim];
   __shared__ size_t key_offset[kKeysPerPass];  // the pass's keys' row offsets in the pools
@@ -255,6 +160,13 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
   const int warp = t / 32;
   const int context = batch.context_lens[row];
   const bool split = kVendor && batch.decode[row] != 0;
+  // Split KV (invariant, split_tiles set, a context past one segment): block (b, y) computes the
+  // tiles of segment y, keys [y kSplitKeys, (y + 1) kSplitKeys), into split_tiles, unfolded;
+  // fold_split_tiles folds them. Otherwise block (b, 0) folds the whole context itself.
+  const bool partials = !kVendor && split_tiles.stats != nullptr && context > kSplitKeys;
+  const int first_key = partials ? static_cast<int>(blockIdx.y) * kSplitKeys : 0;
+  const int last_key = partials ? min(context, first_key + kSplitKeys) : context;
+  if (blockIdx.y > 0 && (!partials || first_key >= context)) return;
   const KeyView keys{pool_k,
                      pool_v,
                      batch.block_tables + static_cast<size_t>(row) * batch.block_table_stride,
@@ -268,7 +180,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
   const auto table_entry = [&](int pos) -> int32_t {
     return pos / block_size < batch.block_table_stride ? keys.block_table[pos / block_size] : 0;
   };
-  int32_t pass_block = table_entry(t);
+  int32_t pass_block = table_entry(first_key + t);
   const u16* q_head = q + static_cast<size_t>(blockIdx.x) * head_dim;
   for (int d = t; d < head_dim; d += blockDim.x) q_s[d] = widen(q_head[d]);
 
@@ -278,8 +190,8 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
   const int parts = split && context > 0 ? (context + chunk - 1) / chunk : 0;
 
   FoldedSoftmax<kDimsPerThread> total;
-  for (int pass_begin = 0; pass_begin < context; pass_begin += keys_per_pass) {
-    const int pass_keys = min(keys_per_pass, context - pass_begin);
+  for (int pass_begin = first_key; pass_begin < last_key; pass_begin += keys_per_pass) {
+    const int pass_keys = min(keys_per_pass, last_key - pass_begin);
     const int pass_end = pass_begin + pass_keys;
     if (t < pass_keys) key_offset[t] = keys.offset_in(pass_block, pass_begin + t);
     pass_block = table_entry(pass_begin + keys_per_pass + t);
@@ -405,7 +317,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
         }
         // Every lane computes the (warp-uniform) factors, so no lane waits on another's branch.
         FoldFactors factors{};
-        if (!(total.empty && tile == 0)) {
+        if (!partials && !(total.empty && tile == 0)) {
           factors = fold_factors_of(tile_max, tile, total.empty, total.max);
         }
         if (lane == 0) {
@@ -434,6 +346,20 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
         }
       }
       __syncthreads();  // tile partials and factors
+      if (partials) {
+        // Left unfolded for fold_split_tiles, at the tiles' absolute indices.
+        const size_t first_tile =
+            static_cast<size_t>(blockIdx.x) * split_tiles.max_tiles + pass_begin / kAttentionTile;
+        if (t < tiles) {
+          split_tiles.stats[2 * (first_tile + t)] = tile_max[t];
+          split_tiles.stats[2 * (first_tile + t) + 1] = tile_sum[t];
+        }
+        for (int i = t; i < tiles * acc_stride; i += kAttentionThreads) {
+          split_tiles.acc[first_tile * acc_stride + i] = tile_acc[i];
+        }
+        __syncthreads();  // the pass's shared arrays are rewritten by the next pass
+        continue;
+      }
       // The tiles folded in order into the total, each thread its own dims.
       for (int tile = 0; tile < tiles; ++tile) {
         float part[kDimsPerThread];
@@ -466,6 +392,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
     }
   }
 
+  if (partials) return;
   u16* out_head = out + static_cast<size_t>(blockIdx.x) * head_dim;
   for (int j = 0; j < kDimsPerThread; ++j) {
     const int d = t + j * kAttentionThreads;
@@ -531,6 +458,10 @@ int multiprocessor_count() {
   return count;
 }
 
+// Blocks a launch may have and still split its KV: at most half the multiprocessors, so that
+// each (row, head) gets at least two of them.
+int64_t max_split_blocks() { return multiprocessor_count() / 2; }
+
 // The longest pass (fewest passes over a long context) whose blocks all fit in one wave; the
 // shortest where none does. A function of the launch's shape, never of the contexts.
 template <bool kVendor>
@@ -547,9 +478,16 @@ int pick_keys_per_pass(int head_dim, int64_t blocks) {
 
 }  // namespace
 
+size_t attention_split_scratch_bytes(int head_dim, int max_context) {
+  const int64_t max_tiles = (int64_t{max_context} + kAttentionTile - 1) / kAttentionTile;
+  return static_cast<size_t>(max_split_blocks() * max_tiles * (2 + tile_acc_stride(head_dim))) *
+         sizeof(float);
+}
+
 void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            const AttentionBatch& batch, int M, int n_heads, int vendor_splits,
-                           bf16* out, Stream stream, int keys_per_pass) {
+                           bf16* out, Stream stream, int keys_per_pass, void* split_scratch,
+                           size_t split_scratch_bytes) {
   check_attention_args(kv, M, n_heads, vendor_splits);
   require(
       keys_per_pass == 0 || (keys_per_pass >= kMinKeysPerPass && keys_per_pass <= kKeysPerPass &&
@@ -564,16 +502,33 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
   const bool vendor = family == KernelFamily::vendor;
   const bool vector_copies = kv.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                              reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
+  // Split KV where the scratch is given, the family is invariant, a context may pass one segment
+  // and the blocks are few: a function of the launch's shape, never of the contexts.
+  const int64_t max_context = int64_t{batch.block_table_stride} * kv.block_size;
+  SplitTiles split_tiles;
+  unsigned segments = 1;
+  if (!vendor && split_scratch != nullptr && max_context > kSplitKeys &&
+      blocks <= max_split_blocks()) {
+    const size_t needed = attention_split_scratch_bytes(kv.head_dim, static_cast<int>(max_context));
+    require(split_scratch_bytes >= needed,
+            "attention: split_scratch_bytes " + std::to_string(split_scratch_bytes) +
+                " is under attention_split_scratch_bytes(" + std::to_string(kv.head_dim) + ", " +
+                std::to_string(max_context) + ") = " + std::to_string(needed));
+    split_tiles.max_tiles = static_cast<int>((max_context + kAttentionTile - 1) / kAttentionTile);
+    split_tiles.stats = static_cast<float*>(split_scratch);
+    split_tiles.acc = split_tiles.stats + 2 * blocks * split_tiles.max_tiles;
+    segments = static_cast<unsigned>((max_context + kSplitKeys - 1) / kSplitKeys);
+  }
   if (keys_per_pass == 0) {
-    keys_per_pass = vendor ? pick_keys_per_pass<true>(kv.head_dim, blocks)
-                           : pick_keys_per_pass<false>(kv.head_dim, blocks);
+    keys_per_pass = vendor ? pick_keys_per_pass<true>(kv.head_dim, blocks * segments)
+                           : pick_keys_per_pass<false>(kv.head_dim, blocks * segments);
   }
   const size_t smem = attention_smem_bytes(kv.head_dim, vendor, keys_per_pass);
   const auto launch = [&](auto kernel) {
-    kernel<<<static_cast<unsigned>(blocks), kAttentionThreads, smem, stream>>>(
+    kernel<<<dim3(static_cast<unsigned>(blocks), segments), kAttentionThreads, smem, stream>>>(
         bits_of(q), bits_of(kv.k), bits_of(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim,
         batch, n_heads, n_heads / kv.num_kv_heads, scale, vendor_splits, vector_copies,
-        keys_per_pass, bits_of(out));
+        keys_per_pass, split_tiles, bits_of(out));
   };
   const bool short_passes = keys_per_pass < kKeysPerPass;
   if (vendor && short_passes) {
@@ -590,6 +545,10 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
     launch(attention_kernel<false, false>);
   }
   check_launch();
+  if (split_tiles.stats != nullptr) {
+    fold_split_tiles(split_tiles, batch.context_lens, M, n_heads, kv.head_dim, bits_of(out),
+                     stream);
+  }
 }
 
 }  // namespace bih::cuda

@@ -62,6 +62,9 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> model, EngineOptions
       r->pools.push_back(KvPool{base, base + pool, num_blocks, m.options.block_size,
                                 r->w->kv_heads_local, c.head_dim});
     }
+    r->attention_split_bytes = attention_split_scratch_bytes(
+        c.head_dim, max_blocks_per_sequence(m.options) * m.options.block_size);
+    r->attention_split.reserve(r->attention_split_bytes);
     cudaCheck(cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&r->joined, cudaEventDisableTiming));
     m.ranks.push_back(std::move(r));

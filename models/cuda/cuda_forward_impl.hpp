@@ -195,6 +195,9 @@ struct CudaForward::Impl {
     DeviceArray<int32_t> sampled;
     DeviceArray<float> logprobs;
     DeviceArray<uint8_t> sample_scratch;  // greedy_sample_scratch_bytes(logit rows)
+    // Split-KV attention's unfolded tiles (attention_with_splits), sized once for max_model_len.
+    DeviceArray<uint8_t> attention_split;
+    size_t attention_split_bytes = 0;
     // Traced steps only: the traced rows of one tensor land here before one wait for them all.
     PinnedArray<uint8_t> trace_staging;
     cudaEvent_t ready = nullptr;   // the rank's work before a graph launch

@@ -240,7 +240,7 @@ void CudaForward::Impl::enqueue_attention(Rank& r, StepBatch& step, int layer) {
                              r.context_lens.get(), r.decode.get()};
   mark(r, step, "attention");
   attention(options.kernels, r.q.get(), r.pools[layer], batch, step.rows_padded, r.w->heads_local,
-            step.num_decode, r.attn.get(), s);
+            step.num_decode, r.attn.get(), s, r.attention_split.get(), r.attention_split_bytes);
   if (step.trace == nullptr) return;
   // The context each traced query attends to, hashed as the CPU backend hashes it (through its
   // block table, so only the rows' contents count): the traced queries' KV blocks come to the

@@ -152,12 +152,21 @@ struct AttentionBatch {
 // head_dim 128, 150 KiB at 256; past the 48 KiB default it is opted in once per device). The pass
 // length changes no bit of the output: 0 lets the launcher pick, from M * n_heads, the longest of
 // 128, 64 and 32 keys whose blocks all fit on the GPU at once (a decode step at bs=1 takes 128, at
-// bs=64 32); tests pass 32, 64 or 128 (any multiple of kAttentionTile from 32 to 128). An
-// attention_reference.hpp keeps the previous, unstaged kernel as the bitwise reference of this
-// one (tests only).
+// bs=64 32); tests pass 32, 64 or 128 (any multiple of kAttentionTile from 32 to 128).
+// split_scratch (invariant family only): device memory of split_scratch_bytes >=
+// attention_split_scratch_bytes(head_dim, block_table_stride * block_size). Given, a launch of
+// at most half as many (row, head) blocks as the GPU has multiprocessors splits each context into
+// segments of 128 keys, one block each, whose tiles a second kernel folds in order: the same bits
+// (attention_split_kv.cu), a long context at bs=1 spread over the GPU. attention_reference.hpp
+// keeps the previous, unstaged kernel as the bitwise reference of this one (tests only).
 void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            const AttentionBatch& batch, int M, int n_heads, int vendor_splits,
-                           bf16* out, Stream stream, int keys_per_pass = 0);
+                           bf16* out, Stream stream, int keys_per_pass = 0,
+                           void* split_scratch = nullptr, size_t split_scratch_bytes = 0);
+
+// Bytes of split_scratch a launch with this head_dim and longest context (its block table's
+// stride times the pool's block size) needs on the current GPU.
+size_t attention_split_scratch_bytes(int head_dim, int max_context);
 
 // ---- sampling -------------------------------------------------------------------------------
 // Greedy sampling over logits[M,V]: tokens[M] the argmax (ties to the lowest id; the CPU's scan,
@@ -217,9 +226,11 @@ inline DeviceRopeTable upload_rope_table(const cpu::RopeTable& table) {
 // follows num_decode_queries (the decode rows in this step), cpu::vendor_decode_splits.
 inline void attention(KernelFamily family, const bf16* q, const KvPool& kv,
                       const AttentionBatch& batch, int M, int n_heads, int num_decode_queries,
-                      bf16* out, Stream stream) {
+                      bf16* out, Stream stream, void* split_scratch = nullptr,
+                      size_t split_scratch_bytes = 0) {
   attention_with_splits(family, q, kv, batch, M, n_heads,
-                        cpu::vendor_decode_splits(num_decode_queries), out, stream);
+                        cpu::vendor_decode_splits(num_decode_queries), out, stream, 0,
+                        split_scratch, split_scratch_bytes);
 }
 
 }  // namespace bih::cuda

@@ -10,8 +10,11 @@
 // (tiles straddling blocks), every context 0..600 plus longer ones (1 to 10 passes of 128 keys),
 // decode and prefill rows, a chunked prefill of one sequence, M 1, 3 and 64, vendor splits 1, 2, 3,
 // 5 and 16 (parts crossing and meeting pass edges), large queries (weights underflowing to 0),
-// repeated blocks (tied scores), and inputs holding NaN, infinities and signed zeros; and every
-// batch with passes of 32, 64 and 128 keys as well as the launcher's own pick.
+// repeated blocks (tied scores), and inputs holding NaN, infinities and signed zeros; every batch
+// with passes of 32, 64 and 128 keys as well as the launcher's own pick; and split KV (segments of
+// 128 keys in blocks of their own, folded by a second kernel) at every context to 1280, on the
+// qwen3 shape and the odd ones.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include <iterator>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,10 +118,10 @@ Row random_row(const Shape& s, std::mt19937_64& rng, int context, bool decode) {
 enum class Kernel { staged, reference };
 
 // out [rows, n_heads * head_dim] bits of one launch; keys_per_pass as attention_with_splits takes
-// it (the staged kernel only).
+// it, and split: the split-KV scratch given (the staged kernel only).
 std::vector<uint16_t> run(Kernel kernel, KernelFamily family, int vendor_splits, const Shape& s,
                           const DevicePool& pool, const std::vector<Row>& rows,
-                          int keys_per_pass = 0) {
+                          int keys_per_pass = 0, bool split = false) {
   const int M = static_cast<int>(rows.size());
   std::vector<int32_t> tables, contexts;
   std::vector<uint8_t> decode;
@@ -133,8 +137,12 @@ std::vector<uint16_t> run(Kernel kernel, KernelFamily family, int vendor_splits,
   const DeviceBuffer<bf16> dq(q), dout(q.size());
   const cuda::AttentionBatch batch{dtables.get(), s.stride, dcontexts.get(), ddecode.get()};
   if (kernel == Kernel::staged) {
+    const size_t scratch_bytes =
+        split ? cuda::attention_split_scratch_bytes(s.head_dim, s.stride * s.block_size) : 0;
+    const DeviceBuffer<uint8_t> scratch(std::max<size_t>(scratch_bytes, 1));
     cuda::attention_with_splits(family, dq.get(), pool.pool(), batch, M, s.n_heads, vendor_splits,
-                                dout.get(), nullptr, keys_per_pass);
+                                dout.get(), nullptr, keys_per_pass, split ? scratch.get() : nullptr,
+                                scratch_bytes);
   } else {
     cuda::attention_with_splits_reference(family, dq.get(), pool.pool(), batch, M, s.n_heads,
                                           vendor_splits, dout.get(), nullptr);
@@ -149,7 +157,7 @@ std::vector<uint16_t> run(Kernel kernel, KernelFamily family, int vendor_splits,
 // kernel at every pass length: equal bits, reported by the first differing (row, head, dim).
 // Returns the elements compared.
 size_t expect_same_bits(const std::string& what, const Shape& s, const DevicePool& pool,
-                        const std::vector<Row>& rows) {
+                        const std::vector<Row>& rows, bool split = false) {
   const size_t row_width = static_cast<size_t>(s.n_heads) * s.head_dim;
   size_t compared = 0;
   const std::pair<KernelFamily, int> launches[] = {
@@ -159,7 +167,7 @@ size_t expect_same_bits(const std::string& what, const Shape& s, const DevicePoo
     const std::vector<uint16_t> reference = run(Kernel::reference, family, splits, s, pool, rows);
     for (const int keys_per_pass : {0, 32, 64, 128}) {
       const std::vector<uint16_t> staged =
-          run(Kernel::staged, family, splits, s, pool, rows, keys_per_pass);
+          run(Kernel::staged, family, splits, s, pool, rows, keys_per_pass, split);
       EXPECT_EQ(staged.size(), reference.size());
       size_t differ = 0, first = staged.size();
       for (size_t i = 0; i < staged.size() && i < reference.size(); ++i) {
@@ -279,6 +287,65 @@ TEST(CudaAttentionReference, OtherShapesMatchTheReferenceKernel) {
       expect_same_bits("batch at " + std::to_string(begin), s, pool, batch);
     }
   }
+}
+
+// Split KV: launches of few (row, head) blocks with the scratch given. Rows of 1 to 3 (16 to 48
+// qwen3 blocks, at most half of any Hopper's multiprocessors) at every edge context, so that the
+// segments' last tiles, a segment of one tile and a context of exactly one segment (which the
+// split launch finishes itself) all occur; then the odd shapes.
+TEST(CudaAttentionReference, SplitKvMatchesTheReferenceKernel) {
+  BIH_SKIP_WITHOUT_GPU();
+  const DevicePool pool(kQwen3, 61);
+  std::mt19937_64 rng(62);
+  const std::vector<int> contexts = edge_contexts(kQwen3);
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    expect_same_bits("split M=1 context " + std::to_string(contexts[i]), kQwen3, pool,
+                     {random_row(kQwen3, rng, contexts[i], true)}, true);
+    const int other = contexts[(i * 7 + 3) % contexts.size()];
+    expect_same_bits("split M=3", kQwen3, pool,
+                     {random_row(kQwen3, rng, contexts[i], true),
+                      random_row(kQwen3, rng, other, false), random_row(kQwen3, rng, 129, true)},
+                     true);
+  }
+  const Shape shapes[] = {
+      {"2/1 hd8 bs1", 2, 1, 8, 1, 1400, 1280, 1.5f},
+      {"3/1 hd10 bs3", 3, 1, 10, 3, 200, 430, 1.5f},
+      {"4/2 hd200 bs16", 4, 2, 200, 16, 96, 80, 1.5f},
+      {"2/2 hd254 bs16 special values", 2, 2, 254, 16, 96, 80, 1.5f, false, true},
+      {"16/8 hd128 bs16 large q", 16, 8, 128, 16, 256, 80, 24.0f},
+  };
+  uint64_t seed = 63;
+  for (const Shape& s : shapes) {
+    const DevicePool odd(s, ++seed);
+    std::mt19937_64 odd_rng(++seed);
+    for (int context : edge_contexts(s)) {
+      expect_same_bits(
+          "split context " + std::to_string(context), s, odd,
+          {random_row(s, odd_rng, context, true), random_row(s, odd_rng, context, false)}, true);
+    }
+  }
+}
+
+// The split path is taken where the contract says: an invariant launch of few blocks, with a
+// context that may pass one segment, checks the scratch it was given.
+TEST(CudaAttentionReference, SplitKvRefusesAScratchTooSmall) {
+  BIH_SKIP_WITHOUT_GPU();
+  const DevicePool pool(kQwen3, 71);
+  std::mt19937_64 rng(72);
+  const Row row = random_row(kQwen3, rng, 300, true);
+  const DeviceBuffer<int32_t> table(row.table), context(std::vector<int32_t>{row.context});
+  const DeviceBuffer<uint8_t> decode(std::vector<uint8_t>{1});
+  const DeviceBuffer<bf16> q(row.q), out(row.q.size());
+  const cuda::AttentionBatch batch{table.get(), kQwen3.stride, context.get(), decode.get()};
+  const DeviceBuffer<uint8_t> scratch(16);
+  EXPECT_THROW(
+      cuda::attention_with_splits(KernelFamily::invariant, q.get(), pool.pool(), batch, 1,
+                                  kQwen3.n_heads, 1, out.get(), nullptr, 0, scratch.get(), 16),
+      std::invalid_argument);
+  // The vendor family never splits KV this way: the same call is fine.
+  cuda::attention_with_splits(KernelFamily::vendor, q.get(), pool.pool(), batch, 1, kQwen3.n_heads,
+                              1, out.get(), nullptr, 0, scratch.get(), 16);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 // The comparisons above must see real outputs: the staged kernel's rows are neither all zero

@@ -2,8 +2,9 @@
 # One device call (issue 18): the working tree against a base tree, on one card. The base is
 # .ab/base.tar (`git archive -o .ab/base.tar <commit>`, carried with the call). Builds both
 # (the base only bih_cuda_bench), runs the whole GPU suite on the new build, compute-sanitizer
-# memcheck and racecheck on SANITIZE_FILTER, the bench (BENCH_FILTER) twice on each side, and
-# the eager step profiles of the new build. Usage (device tool, carry [".ab"]):
+# memcheck and racecheck on SANITIZE_FILTER (each bounded by SANITIZE_TIMEOUT s), the bench
+# (BENCH_FILTER) RUNS times on each side (default 2), and the eager step profiles of the new build.
+# Usage (device tool, carry [".ab"]):
 #   bash reports/gpu/fma-and-short-passes-2026-12-06/ab.sh
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
@@ -27,11 +28,11 @@ echo "gpu tests: exit $? in $(( $(date +%s) - t )) s; $(grep -E '^\[  (PASSED|FA
 grep -E '^\[  FAILED' "$OUT/gpu-tests.log" | head
 for tool in memcheck racecheck; do
   t=$(date +%s)
-  timeout 240 compute-sanitizer --tool $tool build-device/bih_gpu_tests --gtest_filter="$S" \
+  timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool $tool build-device/bih_gpu_tests --gtest_filter="$S" \
     >/tmp/sanitize-$tool.log 2>&1
   echo "$tool ($S): exit $? in $(( $(date +%s) - t )) s; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' /tmp/sanitize-$tool.log | paste -sd';')"
 done
-for run in 1 2; do
+for run in $(seq 1 "${RUNS:-2}"); do
   /tmp/base/b/bih_cuda_bench --benchmark_filter="$F" >"$OUT/bench-base-$run.txt" 2>&1
   build-device/bih_cuda_bench --benchmark_filter="$F" >"$OUT/bench-new-$run.txt" 2>&1
 done
