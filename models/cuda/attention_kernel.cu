@@ -46,6 +46,7 @@ using device::kKeysPerPass;
 using device::kMaxVendorSplits;
 using device::kMinKeysPerPass;
 using device::kSplitKeys;
+using device::kSplitMinContext;
 using device::kTilesPerPass;
 using device::kWarpsPerBlock;
 using device::max_of;
@@ -502,12 +503,13 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
   const bool vendor = family == KernelFamily::vendor;
   const bool vector_copies = kv.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                              reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
-  // Split KV where the scratch is given, the family is invariant, a context may pass one segment
-  // and the blocks are few: a function of the launch's shape, never of the contexts.
+  // Split KV where the scratch is given, the family is invariant, a context may reach
+  // kSplitMinContext and the blocks are few: a function of the launch's shape, never of the
+  // contexts.
   const int64_t max_context = int64_t{batch.block_table_stride} * kv.block_size;
   SplitTiles split_tiles;
   unsigned segments = 1;
-  if (!vendor && split_scratch != nullptr && max_context > kSplitKeys &&
+  if (!vendor && split_scratch != nullptr && max_context >= kSplitMinContext &&
       blocks <= max_split_blocks()) {
     const size_t needed = attention_split_scratch_bytes(kv.head_dim, static_cast<int>(max_context));
     require(split_scratch_bytes >= needed,

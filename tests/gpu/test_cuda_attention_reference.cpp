@@ -326,8 +326,9 @@ TEST(CudaAttentionReference, SplitKvMatchesTheReferenceKernel) {
   }
 }
 
-// The split path is taken where the contract says: an invariant launch of few blocks, with a
-// context that may pass one segment, checks the scratch it was given.
+// The split path is taken where the contract says: an invariant launch of few blocks whose block
+// tables reach 1024 keys checks the scratch it was given; with tables of 512 keys, or in the
+// vendor family, it does not split and never reads it.
 TEST(CudaAttentionReference, SplitKvRefusesAScratchTooSmall) {
   BIH_SKIP_WITHOUT_GPU();
   const DevicePool pool(kQwen3, 71);
@@ -345,6 +346,10 @@ TEST(CudaAttentionReference, SplitKvRefusesAScratchTooSmall) {
   // The vendor family never splits KV this way: the same call is fine.
   cuda::attention_with_splits(KernelFamily::vendor, q.get(), pool.pool(), batch, 1, kQwen3.n_heads,
                               1, out.get(), nullptr, 0, scratch.get(), 16);
+  const cuda::AttentionBatch short_tables{table.get(), 512 / kQwen3.block_size, context.get(),
+                                          decode.get()};
+  cuda::attention_with_splits(KernelFamily::invariant, q.get(), pool.pool(), short_tables, 1,
+                              kQwen3.n_heads, 1, out.get(), nullptr, 0, scratch.get(), 16);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
