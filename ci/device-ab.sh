@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# One device call (issue 18): the working tree against a base tree, on one card. The base is
-# .ab/base.tar (`git archive -o .ab/base.tar <commit>`, carried with the call). Builds both
+# An A/B in one device call: the working tree against a base tree, on one card, so that both
+# sides' timings come from the same GPU (device time is scarce and machines differ by a few %).
+# The base is .ab/base.tar: `mkdir -p .ab && git archive -o .ab/base.tar <commit>` here (add
+# /.ab/ to .git/info/exclude), carried with the call. Builds both
 # (the base only bih_cuda_bench), runs the whole GPU suite on the new build, compute-sanitizer
 # memcheck and racecheck on SANITIZE_FILTER (each bounded by SANITIZE_TIMEOUT s), the bench
 # (BENCH_FILTER) RUNS times on each side (default 2), and the eager step profiles of the new build.
 # Usage (device tool, carry [".ab"]):
-#   bash reports/gpu/fma-and-short-passes-2026-12-06/ab.sh
+#   BENCH_FILTER='^Kernel/attention' RUNS=2 bash ci/device-ab.sh
+# Used for reports/gpu/fma-and-short-passes-2026-12-06.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-out/ab}
