@@ -36,10 +36,10 @@ Plan make_plan(const PlanSpec& spec, bool prefix_caching, const CompareSpec& com
   const int last = spec.batch_sizes.back();
   for (size_t i = 0; i + 1 < spec.batch_sizes.size(); ++i) {
     plan.in_process.push_back(
-        {label_for(spec.batch_sizes[i], 0, false), spec.batch_sizes[i], 0, false});
+        {label_for(spec.batch_sizes[i], 0, false), spec.batch_sizes[i], 0, false, ""});
   }
   for (int r = 0; r < spec.repeats; ++r) {
-    plan.in_process.push_back({label_for(last, r, false), last, r, false});
+    plan.in_process.push_back({label_for(last, r, false), last, r, false, ""});
   }
   const std::string reference = label_for(spec.batch_sizes.front(), 0, false);
   const std::string batch = label_for(last, 0, false);
@@ -50,7 +50,7 @@ Plan make_plan(const PlanSpec& spec, bool prefix_caching, const CompareSpec& com
     plan.comparisons.push_back({"repeat", batch, label_for(last, r, false)});
   }
   if (spec.fresh_process) {
-    plan.fresh.push_back({label_for(last, 0, true), last, 0, true});
+    plan.fresh.push_back({label_for(last, 0, true), last, 0, true, ""});
     plan.comparisons.push_back({"fresh", batch, plan.fresh.back().label});
   }
   if (prefix_caching) {
