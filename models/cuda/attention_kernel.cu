@@ -23,6 +23,7 @@
 #include "models/cuda/attention_common.cuh"
 #include "models/cuda/attention_staging.cuh"
 #include "models/cuda/check.hpp"
+#include "models/cuda/device_info.hpp"
 #include "models/cuda/device_math.cuh"
 #include "models/cuda/kernels.hpp"
 
@@ -449,14 +450,6 @@ int resident_attention_blocks(int head_dim, int keys) {
   cudaCheck(got);
   known.emplace(key, blocks);
   return blocks;
-}
-
-int multiprocessor_count() {
-  int device = 0;
-  int count = 0;
-  cudaCheck(cudaGetDevice(&device));
-  cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
 }
 
 // Blocks a launch may have and still split its KV: at most half the multiprocessors, so that

@@ -1,5 +1,5 @@
-// attention_split_kv.cu: the fold of a split-KV attention launch (attention_kernel.cu), and the
-// scratch it needs.
+// attention_split_kv.cu: the fold of a split-KV attention launch (attention_kernel.cu decides the
+// split and sizes its scratch).
 //
 // Where a launch has few (row, head) blocks (a decode step at small batch), one block per pair
 // walks its whole context one pass after another while most multiprocessors idle. Split, each

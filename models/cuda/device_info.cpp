@@ -6,8 +6,12 @@
 #include <nccl.h>
 #endif
 
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include "models/cuda/check.hpp"
 
 namespace bih::cuda {
 namespace {
@@ -58,6 +62,19 @@ int device_count() {
     return 0;
   }
   return count;
+}
+
+int multiprocessor_count() {
+  int device = 0;
+  cudaCheck(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::vector<int> known;  // per device; 0: not asked yet
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (known.size() <= static_cast<size_t>(device)) known.resize(device + 1, 0);
+  if (known[device] == 0) {
+    cudaCheck(cudaDeviceGetAttribute(&known[device], cudaDevAttrMultiProcessorCount, device));
+  }
+  return known[device];
 }
 
 }  // namespace bih::cuda

@@ -28,6 +28,7 @@
 
 #include "models/cuda/bf16_bits.cuh"
 #include "models/cuda/check.hpp"
+#include "models/cuda/device_info.hpp"
 #include "models/cuda/gemm_chunk_tree_tiled.hpp"
 #include "models/cuda/ptx.cuh"
 #include "models/exact_product.hpp"
@@ -230,17 +231,6 @@ void launch(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int
   cudaCheck(cudaGetLastError());
 }
 
-int multiprocessors() {
-  static const int count = [] {  // once per process (bih drives one device per process)
-    int device = 0;
-    int sms = 0;
-    cudaCheck(cudaGetDevice(&device));
-    cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return sms;
-  }();
-  return count;
-}
-
 }  // namespace
 
 bool launch_chunk_tree_smem(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N,
@@ -254,7 +244,7 @@ bool launch_chunk_tree_smem(const void* x, const void* w, void* y_bf16, float* y
   // blocks enough to fill every multiprocessor twice.
   const long long column_tiles = (N + kColumns - 1) / kColumns;
   const long long tall_blocks = column_tiles * ((M + Tile<8>::kRows - 1) / Tile<8>::kRows);
-  if (tall_blocks >= 2LL * multiprocessors()) {
+  if (tall_blocks >= 2LL * multiprocessor_count()) {
     launch<8>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   } else {
     launch<4>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
