@@ -22,7 +22,7 @@
 // heads), silu_mul, write_kv, qkv_norm_rope_write_kv (the fused attention input the engine runs:
 // split, both head norms and RoPE, and the KV write in one launch), embedding (token lookup in the
 // [vocab, hidden] table; the lm_head row gather is the same kernel over a [M, hidden] table),
-// attention_long/invariant/ctx=<512|4096>/<whole|split_kv> at M=1 (block tables sized for the
+// attention_long/invariant/ctx=<256|512|4096>/<whole|split_kv> at M=1 (block tables sized for the
 // context; split_kv gives the scratch, as the engine does: each 128 keys get a block of their own),
 // attention/<family>/ctx=<64|512> (decode rows, one sequence per row; vendor splits as the engine
 // picks them for M decode rows), greedy_sample (its three kernels as one launch: nodes_per_launch
@@ -389,6 +389,7 @@ KernelCase attention_long_case(int M, int context, bool split) {
   auto out = random_bf16(size_t{1} * M * n_heads * hd, 20);  // [M, n_heads * hd]
   const size_t scratch_bytes = split ? cu::attention_split_scratch_bytes(hd, context) : 0;
   auto scratch = std::make_shared<DeviceBuffer<uint8_t>>(std::max<size_t>(scratch_bytes, 1));
+  cudaCheck(cudaMemset(scratch->get(), 0, scratch_bytes));  // the arrival counters start at zero
   const cu::AttentionBatch batch{contexts->block_tables->get(), contexts->stride,
                                  contexts->context_lens->get(), contexts->decode->get()};
   const double bytes =
@@ -571,7 +572,7 @@ void register_kernel_benchmarks() {
             [family, context](int m) { return attention_case(m, family, context); }, M);
       }
     }
-    for (int context : {512, 4096}) {
+    for (int context : {256, 512, 4096}) {
       for (bool split : {false, true}) {
         if (M != 1) continue;  // split KV serves few blocks; at M=64 the pool would be 1 GiB
         register_kernel(

@@ -33,28 +33,19 @@ static_assert(kTilesPerPass <= kMaxVendorSplits, "the fold factor arrays serve t
 // A tile's weighted V sums: head_dim fp32, rounded up to whole float4 stores.
 __host__ __device__ constexpr int tile_acc_stride(int head_dim) { return (head_dim + 3) / 4 * 4; }
 
-// Split KV (attention_split_kv.cu): the keys of one segment, one block's share of a context.
+// Split KV (attention_split_fold.cuh): the keys of one segment, one block's share of a context.
 inline constexpr int kSplitKeys = 128;
-// The shortest longest-context (block table stride times block size) a launch splits at. The fold
-// is a second launch, about 2.5 us a layer in a graph whatever the context: at the default
-// max_model_len of 512 and a decode step's short contexts that cost more than the split saved
-// (an H100: the bs=1 full-graph step 2.00 -> 2.07 ms), while a context of 512 keys is 1.9x faster
-// split and one of 4096 3.9x (reports/gpu/fma-and-short-passes-2026-12-06).
-inline constexpr int kSplitMinContext = 1024;
 static_assert(kSplitKeys % kKeysPerPass == 0, "a segment is whole passes of any length");
 // The unfolded tiles of a split launch, for block b = row * n_heads + head and absolute tile i:
 // stats[2 (b max_tiles + i)] its max and [.. + 1] its sum of weights; acc[(b max_tiles + i)
-// tile_acc_stride(head_dim) + d] its weighted V sum of dim d. stats null: no split.
+// tile_acc_stride(head_dim) + d] its weighted V sum of dim d; arrivals[b] the segments of pair b
+// stored so far in this launch (zero between launches). stats null: no split.
 struct SplitTiles {
+  unsigned* arrivals = nullptr;
   float* stats = nullptr;
   float* acc = nullptr;
   int max_tiles = 0;
 };
-
-// Folds the tiles a split launch left in `tiles` into out [M, n_heads, head_dim], for rows whose
-// context is past one segment (attention_split_kv.cu).
-void fold_split_tiles(const SplitTiles& tiles, const int32_t* context_lens, int M, int n_heads,
-                      int head_dim, u16* out, cudaStream_t stream);
 
 // Addresses one KV head of one sequence by absolute position through its block table.
 struct KeyView {

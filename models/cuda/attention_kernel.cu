@@ -11,6 +11,7 @@
 // the serial code would run, then read by the serial chains that remain.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "models/cuda/attention_common.cuh"
+#include "models/cuda/attention_split_fold.cuh"
 #include "models/cuda/attention_staging.cuh"
 #include "models/cuda/check.hpp"
 #include "models/cuda/device_info.hpp"
@@ -38,7 +40,7 @@ using device::check_launch;
 using device::commit_copies;
 using device::divide;
 using device::exp_f;
-using device::fold_split_tiles;
+using device::fold_split_tiles_in_block;
 using device::kAttentionThreads;
 using device::kDimsPerLane;
 using device::kDimsPerThread;
@@ -46,14 +48,15 @@ using device::KeyView;
 using device::kKeysPerPass;
 using device::kMaxVendorSplits;
 using device::kMinKeysPerPass;
+using device::kSplitFoldSharedFloats;
 using device::kSplitKeys;
-using device::kSplitMinContext;
 using device::kTilesPerPass;
 using device::kWarpsPerBlock;
 using device::max_of;
 using device::mul;
 using device::narrow;
 using device::require;
+using device::split_fold_last_arrival;
 using device::SplitTiles;
 using device::stage_rows;
 using device::staged_key_stride;
@@ -124,8 +127,10 @@ struct FoldedSoftmax {
 // code (a smaller kernel, fewer instruction-cache misses). kShort (passes shorter than
 // kKeysPerPass): at most 64 registers per thread, so that 8 blocks fit on a multiprocessor (a
 // bs=64 decode step's 1024 (row, head) blocks in one wave); the long passes keep 74 to 78, whose
-// spill-free code is 3 to 4% faster for the few blocks of a bs=1 step.
-template <bool kVendor, bool kShort>
+// spill-free code is 3 to 4% faster for the few blocks of a bs=1 step. kSplit (invariant only):
+// the split-KV launch, whose partials and fold live in their own instances, so that the others
+// keep their registers (with them inlined, a bs=64 step's short passes went 12.8 -> 14.0 us).
+template <bool kVendor, bool kShort, bool kSplit>
 __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
     attention_kernel(const u16* q, const u16* pool_k, const u16* pool_v, int block_size,
                      int num_kv_heads, int head_dim, AttentionBatch batch, int n_heads, int group,
@@ -163,9 +168,10 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
   const int context = batch.context_lens[row];
   const bool split = kVendor && batch.decode[row] != 0;
   // Split KV (invariant, split_tiles set, a context past one segment): block (b, y) computes the
-  // tiles of segment y, keys [y kSplitKeys, (y + 1) kSplitKeys), into split_tiles, unfolded;
-  // fold_split_tiles folds them. Otherwise block (b, 0) folds the whole context itself.
-  const bool partials = !kVendor && split_tiles.stats != nullptr && context > kSplitKeys;
+  // tiles of segment y, keys [y kSplitKeys, (y + 1) kSplitKeys), into split_tiles, unfolded, and
+  // the segment's block that stores last folds them all (attention_split_fold.cuh). Otherwise
+  // block (b, 0) folds the whole context itself.
+  const bool partials = kSplit && context > kSplitKeys;
   const int first_key = partials ? static_cast<int>(blockIdx.y) * kSplitKeys : 0;
   const int last_key = partials ? min(context, first_key + kSplitKeys) : context;
   if (blockIdx.y > 0 && (!partials || first_key >= context)) return;
@@ -349,7 +355,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
       }
       __syncthreads();  // tile partials and factors
       if (partials) {
-        // Left unfolded for fold_split_tiles, at the tiles' absolute indices.
+        // Left unfolded for the pair's last block, at the tiles' absolute indices.
         const size_t first_tile =
             static_cast<size_t>(blockIdx.x) * split_tiles.max_tiles + pass_begin / kAttentionTile;
         if (t < tiles) {
@@ -394,8 +400,18 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
     }
   }
 
-  if (partials) return;
   u16* out_head = out + static_cast<size_t>(blockIdx.x) * head_dim;
+  if constexpr (kSplit) {
+    if (partials) {
+      const int segments = (context + kSplitKeys - 1) / kSplitKeys;
+      if (!split_fold_last_arrival(split_tiles, blockIdx.x, segments)) return;
+      // The staging area is free now (a split launch sizes it for them): the fold's arrays.
+      fold_split_tiles_in_block(split_tiles, blockIdx.x,
+                                (context + kAttentionTile - 1) / kAttentionTile, head_dim,
+                                reinterpret_cast<float*>(attention_smem), out_head);
+      return;
+    }
+  }
   for (int j = 0; j < kDimsPerThread; ++j) {
     const int d = t + j * kAttentionThreads;
     if (d < head_dim) out_head[d] = total.empty ? u16{0} : narrow(divide(total.acc[j], total.sum));
@@ -405,7 +421,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
 // Lets attention_kernel launch with `bytes` of dynamic shared memory on the current device. Past
 // the 48 KiB default that takes an opt-in per device, made once per size increase (the call
 // synchronizes the runtime, so not on every launch).
-template <bool kVendor, bool kShort>
+template <bool kVendor, bool kShort, bool kSplit>
 void allow_attention_smem(size_t bytes) {
   constexpr size_t kDefaultDynamicSmem = 48 * 1024;
   if (bytes <= kDefaultDynamicSmem) return;
@@ -421,19 +437,19 @@ void allow_attention_smem(size_t bytes) {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
   const cudaError_t set =
-      cudaFuncSetAttribute(attention_kernel<kVendor, kShort>,
+      cudaFuncSetAttribute(attention_kernel<kVendor, kShort, kSplit>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
   cudaCheck(set);
   allowed[device] = bytes;
 }
 
-// Blocks of attention_kernel<kVendor, kShort> resident on one multiprocessor with passes of `keys`
-// keys at this head_dim, once per (device, head_dim, keys) per instantiation.
-template <bool kVendor, bool kShort>
+// Blocks of attention_kernel<kVendor, kShort, kSplit> resident on one multiprocessor with passes of
+// `keys` keys at this head_dim, once per (device, head_dim, keys) per instantiation.
+template <bool kVendor, bool kShort, bool kSplit>
 int resident_attention_blocks(int head_dim, int keys) {
   const size_t smem = attention_smem_bytes(head_dim, kVendor, keys);
-  allow_attention_smem<kVendor, kShort>(smem);
+  allow_attention_smem<kVendor, kShort, kSplit>(smem);
   int device = 0;
   cudaCheck(cudaGetDevice(&device));
   static std::mutex mutex;
@@ -445,7 +461,7 @@ int resident_attention_blocks(int head_dim, int keys) {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;  // no stream work (see above)
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
   const cudaError_t got = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &blocks, attention_kernel<kVendor, kShort>, kAttentionThreads, smem);
+      &blocks, attention_kernel<kVendor, kShort, kSplit>, kAttentionThreads, smem);
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
   cudaCheck(got);
   known.emplace(key, blocks);
@@ -458,24 +474,30 @@ int64_t max_split_blocks() { return multiprocessor_count() / 2; }
 
 // The longest pass (fewest passes over a long context) whose blocks all fit in one wave; the
 // shortest where none does. A function of the launch's shape, never of the contexts.
-template <bool kVendor>
+template <bool kVendor, bool kSplit>
 int pick_keys_per_pass(int head_dim, int64_t blocks) {
   const int64_t sms = multiprocessor_count();
-  if (blocks <= sms * resident_attention_blocks<kVendor, false>(head_dim, kKeysPerPass)) {
+  if (blocks <= sms * resident_attention_blocks<kVendor, false, kSplit>(head_dim, kKeysPerPass)) {
     return kKeysPerPass;
   }
-  if (blocks <= sms * resident_attention_blocks<kVendor, true>(head_dim, kKeysPerPass / 2)) {
+  if (blocks <=
+      sms * resident_attention_blocks<kVendor, true, kSplit>(head_dim, kKeysPerPass / 2)) {
     return kKeysPerPass / 2;
   }
   return kMinKeysPerPass;
 }
 
+// The arrival counters first (one per block, rounded up to 16 bytes), then the tiles' stats and
+// weighted V sums.
+size_t split_counter_bytes() { return static_cast<size_t>((max_split_blocks() + 3) / 4 * 16); }
+
 }  // namespace
 
 size_t attention_split_scratch_bytes(int head_dim, int max_context) {
   const int64_t max_tiles = (int64_t{max_context} + kAttentionTile - 1) / kAttentionTile;
-  return static_cast<size_t>(max_split_blocks() * max_tiles * (2 + tile_acc_stride(head_dim))) *
-         sizeof(float);
+  return split_counter_bytes() +
+         static_cast<size_t>(max_split_blocks() * max_tiles * (2 + tile_acc_stride(head_dim))) *
+             sizeof(float);
 }
 
 void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
@@ -496,13 +518,12 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
   const bool vendor = family == KernelFamily::vendor;
   const bool vector_copies = kv.head_dim % 8 == 0 && reinterpret_cast<uintptr_t>(kv.k) % 16 == 0 &&
                              reinterpret_cast<uintptr_t>(kv.v) % 16 == 0;
-  // Split KV where the scratch is given, the family is invariant, a context may reach
-  // kSplitMinContext and the blocks are few: a function of the launch's shape, never of the
-  // contexts.
+  // Split KV where the scratch is given, the family is invariant, a context may pass one segment
+  // and the blocks are few: a function of the launch's shape, never of the contexts.
   const int64_t max_context = int64_t{batch.block_table_stride} * kv.block_size;
   SplitTiles split_tiles;
   unsigned segments = 1;
-  if (!vendor && split_scratch != nullptr && max_context >= kSplitMinContext &&
+  if (!vendor && split_scratch != nullptr && max_context > kSplitKeys &&
       blocks <= max_split_blocks()) {
     const size_t needed = attention_split_scratch_bytes(kv.head_dim, static_cast<int>(max_context));
     require(split_scratch_bytes >= needed,
@@ -510,15 +531,21 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                 " is under attention_split_scratch_bytes(" + std::to_string(kv.head_dim) + ", " +
                 std::to_string(max_context) + ") = " + std::to_string(needed));
     split_tiles.max_tiles = static_cast<int>((max_context + kAttentionTile - 1) / kAttentionTile);
-    split_tiles.stats = static_cast<float*>(split_scratch);
+    split_tiles.arrivals = static_cast<unsigned*>(split_scratch);
+    split_tiles.stats = reinterpret_cast<float*>(static_cast<unsigned char*>(split_scratch) +
+                                                 split_counter_bytes());
     split_tiles.acc = split_tiles.stats + 2 * blocks * split_tiles.max_tiles;
     segments = static_cast<unsigned>((max_context + kSplitKeys - 1) / kSplitKeys);
   }
+  const bool split = split_tiles.stats != nullptr;
   if (keys_per_pass == 0) {
-    keys_per_pass = vendor ? pick_keys_per_pass<true>(kv.head_dim, blocks * segments)
-                           : pick_keys_per_pass<false>(kv.head_dim, blocks * segments);
+    keys_per_pass = vendor  ? pick_keys_per_pass<true, false>(kv.head_dim, blocks)
+                    : split ? pick_keys_per_pass<false, true>(kv.head_dim, blocks * segments)
+                            : pick_keys_per_pass<false, false>(kv.head_dim, blocks);
   }
-  const size_t smem = attention_smem_bytes(kv.head_dim, vendor, keys_per_pass);
+  size_t smem = attention_smem_bytes(kv.head_dim, vendor, keys_per_pass);
+  // A split launch's folding block reuses the staging area for the fold's arrays.
+  if (split) smem = std::max(smem, kSplitFoldSharedFloats * sizeof(float));
   const auto launch = [&](auto kernel) {
     kernel<<<dim3(static_cast<unsigned>(blocks), segments), kAttentionThreads, smem, stream>>>(
         bits_of(q), bits_of(kv.k), bits_of(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim,
@@ -526,24 +553,21 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
         keys_per_pass, split_tiles, bits_of(out));
   };
   const bool short_passes = keys_per_pass < kKeysPerPass;
-  if (vendor && short_passes) {
-    allow_attention_smem<true, true>(smem);
-    launch(attention_kernel<true, true>);
-  } else if (vendor) {
-    allow_attention_smem<true, false>(smem);
-    launch(attention_kernel<true, false>);
-  } else if (short_passes) {
-    allow_attention_smem<false, true>(smem);
-    launch(attention_kernel<false, true>);
+  const auto launch_as = [&]<bool kVendor, bool kShort, bool kSplit>() {
+    allow_attention_smem<kVendor, kShort, kSplit>(smem);
+    launch(attention_kernel<kVendor, kShort, kSplit>);
+  };
+  if (vendor) {
+    short_passes ? launch_as.template operator()<true, true, false>()
+                 : launch_as.template operator()<true, false, false>();
+  } else if (split) {
+    short_passes ? launch_as.template operator()<false, true, true>()
+                 : launch_as.template operator()<false, false, true>();
   } else {
-    allow_attention_smem<false, false>(smem);
-    launch(attention_kernel<false, false>);
+    short_passes ? launch_as.template operator()<false, true, false>()
+                 : launch_as.template operator()<false, false, false>();
   }
   check_launch();
-  if (split_tiles.stats != nullptr) {
-    fold_split_tiles(split_tiles, batch.context_lens, M, n_heads, kv.head_dim, bits_of(out),
-                     stream);
-  }
 }
 
 }  // namespace bih::cuda

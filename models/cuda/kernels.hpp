@@ -154,11 +154,12 @@ struct AttentionBatch {
 // 128, 64 and 32 keys whose blocks all fit on the GPU at once (a decode step at bs=1 takes 128, at
 // bs=64 32); tests pass 32, 64 or 128 (any multiple of kAttentionTile from 32 to 128).
 // split_scratch (invariant family only): device memory of split_scratch_bytes >=
-// attention_split_scratch_bytes(head_dim, block_table_stride * block_size). Given, a launch of
+// attention_split_scratch_bytes(head_dim, block_table_stride * block_size), zero-filled before
+// its first launch (every launch leaves it so), used by one stream at a time. Given, a launch of
 // at most half as many (row, head) blocks as the GPU has multiprocessors, whose block tables reach
-// 1024 keys or more, splits each context into segments of 128 keys, one block each, whose tiles a
-// second kernel folds in order: the same bits (attention_split_kv.cu), a long context at bs=1
-// spread over the GPU. attention_reference.hpp
+// past 128 keys, splits each context into segments of 128 keys, one block each, the last of which
+// to finish folds the segments' tiles in order: the same bits (attention_split_fold.cuh), a long
+// context at bs=1 spread over the GPU in one launch. attention_reference.hpp
 // keeps the previous, unstaged kernel as the bitwise reference of this one (tests only).
 void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
                            const AttentionBatch& batch, int M, int n_heads, int vendor_splits,

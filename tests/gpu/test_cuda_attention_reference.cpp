@@ -140,6 +140,7 @@ std::vector<uint16_t> run(Kernel kernel, KernelFamily family, int vendor_splits,
     const size_t scratch_bytes =
         split ? cuda::attention_split_scratch_bytes(s.head_dim, s.stride * s.block_size) : 0;
     const DeviceBuffer<uint8_t> scratch(std::max<size_t>(scratch_bytes, 1));
+    EXPECT_EQ(cudaMemset(scratch.get(), 0, scratch_bytes), cudaSuccess);
     cuda::attention_with_splits(family, dq.get(), pool.pool(), batch, M, s.n_heads, vendor_splits,
                                 dout.get(), nullptr, keys_per_pass, split ? scratch.get() : nullptr,
                                 scratch_bytes);
@@ -327,8 +328,8 @@ TEST(CudaAttentionReference, SplitKvMatchesTheReferenceKernel) {
 }
 
 // The split path is taken where the contract says: an invariant launch of few blocks whose block
-// tables reach 1024 keys checks the scratch it was given; with tables of 512 keys, or in the
-// vendor family, it does not split and never reads it.
+// tables reach past one segment (128 keys) checks the scratch it was given; with tables of 128
+// keys, or in the vendor family, it does not split and never reads it.
 TEST(CudaAttentionReference, SplitKvRefusesAScratchTooSmall) {
   BIH_SKIP_WITHOUT_GPU();
   const DevicePool pool(kQwen3, 71);
@@ -346,11 +347,44 @@ TEST(CudaAttentionReference, SplitKvRefusesAScratchTooSmall) {
   // The vendor family never splits KV this way: the same call is fine.
   cuda::attention_with_splits(KernelFamily::vendor, q.get(), pool.pool(), batch, 1, kQwen3.n_heads,
                               1, out.get(), nullptr, 0, scratch.get(), 16);
-  const cuda::AttentionBatch short_tables{table.get(), 512 / kQwen3.block_size, context.get(),
+  const DeviceBuffer<int32_t> one_segment(std::vector<int32_t>{100});
+  const cuda::AttentionBatch short_tables{table.get(), 128 / kQwen3.block_size, one_segment.get(),
                                           decode.get()};
   cuda::attention_with_splits(KernelFamily::invariant, q.get(), pool.pool(), short_tables, 1,
                               kQwen3.n_heads, 1, out.get(), nullptr, 0, scratch.get(), 16);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// One scratch through launches of different contexts, as a rank's layers and steps use it: each
+// launch's last blocks set the arrival counters back to zero, so every launch folds exactly once
+// and gives the reference kernel's bits (a counter left behind would fold early or never). Small
+// enough for compute-sanitizer racecheck (SANITIZE_FILTER=*SplitKvReusesItsScratch*).
+TEST(CudaAttentionReference, SplitKvReusesItsScratchAcrossLaunches) {
+  BIH_SKIP_WITHOUT_GPU();
+  const DevicePool pool(kQwen3, 81);
+  std::mt19937_64 rng(82);
+  const size_t bytes =
+      cuda::attention_split_scratch_bytes(kQwen3.head_dim, kQwen3.stride * kQwen3.block_size);
+  const DeviceBuffer<uint8_t> scratch(bytes);
+  ASSERT_EQ(cudaMemset(scratch.get(), 0, bytes), cudaSuccess);
+  const size_t width = static_cast<size_t>(kQwen3.n_heads) * kQwen3.head_dim;
+  for (const int context : {300, 129, 1280, 1000, 256}) {
+    const Row row = random_row(kQwen3, rng, context, true);
+    const std::vector<uint16_t> reference =
+        run(Kernel::reference, KernelFamily::invariant, 16, kQwen3, pool, {row});
+    const DeviceBuffer<int32_t> table(row.table), contexts(std::vector<int32_t>{row.context});
+    const DeviceBuffer<uint8_t> decode(std::vector<uint8_t>{1});
+    const DeviceBuffer<bf16> q(row.q), out(width);
+    const cuda::AttentionBatch batch{table.get(), kQwen3.stride, contexts.get(), decode.get()};
+    for (int launch = 0; launch < 2; ++launch) {
+      cuda::attention_with_splits(KernelFamily::invariant, q.get(), pool.pool(), batch, 1,
+                                  kQwen3.n_heads, 16, out.get(), nullptr, 0, scratch.get(), bytes);
+      const std::vector<bf16> got = out.download(0, width);
+      size_t differ = 0;
+      for (size_t i = 0; i < width; ++i) differ += got[i].bits != reference[i] ? 1 : 0;
+      EXPECT_EQ(differ, 0u) << "context " << context << " launch " << launch;
+    }
+  }
 }
 
 // The comparisons above must see real outputs: the staged kernel's rows are neither all zero
