@@ -311,52 +311,57 @@ TEST(CudaTpInvariantGemm, SharedMemoryTilesEqualTheCpuOnEveryOutput) {
 // rounds to a tie of the sum (tests/cpu/test_exact_product.cpp, OutOfBandOperandsCanBreak...).
 // Only blocks of row 0's tile stage that x value, and only in slice 2: every other slice and tile
 // takes the fused form. The other rows are random. Every output, fp32 partial and bf16, equals
-// the CPU. The vote runs in the 32-row tiles only, which the launcher picks where they make two
-// blocks per multiprocessor: 257 column tiles (the last of 16 columns) by 2 row tiles do.
+// the CPU, through both tile heights the launcher picks: 32-row tiles where they make two blocks
+// per multiprocessor (257 column tiles, the last of 16 columns, by 2 row tiles), 16-row tiles
+// where they do not (9 column tiles by 3 row tiles).
 TEST(CudaTpInvariantGemm, OutOfBandOperandsTakeTheRoundedMultiplyAndAdd) {
   BIH_SKIP_WITHOUT_GPU();
   cuda::CudaGemm gemm;
-  const int N = 256 * 64 + 16, K = kTpInvariantChunks * 64, M = 40;
   int device = 0, multiprocessors = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
             cudaSuccess);
   ASSERT_GE(257 * 2, 2 * multiprocessors) << "too few blocks for the 32-row tiles on this GPU";
-  std::vector<bf16> w = random_bf16(static_cast<size_t>(N) * K, 51);
-  std::vector<bf16> x = random_bf16(static_cast<size_t>(M) * K, 52);
-  const auto set = [](std::vector<bf16>& v, size_t at, uint16_t bits) { v[at].bits = bits; };
-  const int column = 5;
-  const int crafted = 2 * 64;                     // slice 2, lane 0
-  for (int k = 0; k < K; ++k) set(x, k, 0x0000);  // row 0 is zero but for lane 0 of slice 2
-  set(x, crafted, 0x2000);                        // 2^-63
-  set(w, static_cast<size_t>(column) * K + crafted, 0x2080);               // 2^-62
-  set(x, crafted + 8, static_cast<uint16_t>(((127 - 75) << 7) | 1));       // (1 + 2^-7) 2^-75
-  set(w, static_cast<size_t>(column) * K + crafted + 8, (127 - 74) << 7);  // 2^-74
-  const DeviceBuffer<bf16> x_dev(x), w_dev(w);
-  DeviceBuffer<float> p_dev(static_cast<size_t>(M) * N);
-  gemm.gemm_tp_invariant_partial(x_dev.get(), w_dev.get(), p_dev.get(), M, N, K, 1, nullptr);
-  std::vector<float> want32(static_cast<size_t>(M) * N);
-  cpu::gemm_tp_invariant_partial(x.data(), w.data(), want32.data(), M, N, K, 1);
-  ASSERT_EQ(std::bit_cast<uint32_t>(want32[column]),
-            std::bit_cast<uint32_t>(std::ldexp(1.0f, -125)))
-      << "the crafted chain is not the tie this test needs";
-  const std::vector<float> got32 = p_dev.download(0, p_dev.size());
-  int differ32 = 0;
-  for (size_t i = 0; i < got32.size(); ++i) {
-    differ32 += std::bit_cast<uint32_t>(got32[i]) != std::bit_cast<uint32_t>(want32[i]);
+  ASSERT_LT(9 * 2, 2 * multiprocessors) << "too many blocks for the 16-row tiles on this GPU";
+  const int K = kTpInvariantChunks * 64, M = 40;
+  for (const int N : {256 * 64 + 16, 8 * 64 + 16}) {
+    SCOPED_TRACE("N=" + std::to_string(N));
+    std::vector<bf16> w = random_bf16(static_cast<size_t>(N) * K, 51);
+    std::vector<bf16> x = random_bf16(static_cast<size_t>(M) * K, 52);
+    const auto set = [](std::vector<bf16>& v, size_t at, uint16_t bits) { v[at].bits = bits; };
+    const int column = 5;
+    const int crafted = 2 * 64;                     // slice 2, lane 0
+    for (int k = 0; k < K; ++k) set(x, k, 0x0000);  // row 0 is zero but for lane 0 of slice 2
+    set(x, crafted, 0x2000);                        // 2^-63
+    set(w, static_cast<size_t>(column) * K + crafted, 0x2080);               // 2^-62
+    set(x, crafted + 8, static_cast<uint16_t>(((127 - 75) << 7) | 1));       // (1 + 2^-7) 2^-75
+    set(w, static_cast<size_t>(column) * K + crafted + 8, (127 - 74) << 7);  // 2^-74
+    const DeviceBuffer<bf16> x_dev(x), w_dev(w);
+    DeviceBuffer<float> p_dev(static_cast<size_t>(M) * N);
+    gemm.gemm_tp_invariant_partial(x_dev.get(), w_dev.get(), p_dev.get(), M, N, K, 1, nullptr);
+    std::vector<float> want32(static_cast<size_t>(M) * N);
+    cpu::gemm_tp_invariant_partial(x.data(), w.data(), want32.data(), M, N, K, 1);
+    ASSERT_EQ(std::bit_cast<uint32_t>(want32[column]),
+              std::bit_cast<uint32_t>(std::ldexp(1.0f, -125)))
+        << "the crafted chain is not the tie this test needs";
+    const std::vector<float> got32 = p_dev.download(0, p_dev.size());
+    int differ32 = 0;
+    for (size_t i = 0; i < got32.size(); ++i) {
+      differ32 += std::bit_cast<uint32_t>(got32[i]) != std::bit_cast<uint32_t>(want32[i]);
+    }
+    EXPECT_EQ(std::bit_cast<uint32_t>(got32[column]), std::bit_cast<uint32_t>(want32[column]))
+        << "row 0 column 5: gpu " << hex(std::bit_cast<uint32_t>(got32[column])) << " cpu "
+        << hex(std::bit_cast<uint32_t>(want32[column]));
+    EXPECT_EQ(differ32, 0) << "of " << got32.size() << " fp32 partials";
+    DeviceBuffer<bf16> y_dev(static_cast<size_t>(M) * N);
+    gemm.gemm(KernelFamily::tp_invariant, x_dev.get(), w_dev.get(), y_dev.get(), M, N, K, nullptr);
+    std::vector<bf16> want(static_cast<size_t>(M) * N);
+    cpu::gemm(KernelFamily::tp_invariant, x.data(), w.data(), want.data(), M, N, K);
+    const std::vector<bf16> got = y_dev.download(0, y_dev.size());
+    int differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
+    EXPECT_EQ(differ, 0) << "of " << got.size() << " bf16 outputs";
   }
-  EXPECT_EQ(std::bit_cast<uint32_t>(got32[column]), std::bit_cast<uint32_t>(want32[column]))
-      << "row 0 column 5: gpu " << hex(std::bit_cast<uint32_t>(got32[column])) << " cpu "
-      << hex(std::bit_cast<uint32_t>(want32[column]));
-  EXPECT_EQ(differ32, 0) << "of " << got32.size() << " fp32 partials";
-  DeviceBuffer<bf16> y_dev(static_cast<size_t>(M) * N);
-  gemm.gemm(KernelFamily::tp_invariant, x_dev.get(), w_dev.get(), y_dev.get(), M, N, K, nullptr);
-  std::vector<bf16> want(static_cast<size_t>(M) * N);
-  cpu::gemm(KernelFamily::tp_invariant, x.data(), w.data(), want.data(), M, N, K);
-  const std::vector<bf16> got = y_dev.download(0, y_dev.size());
-  int differ = 0;
-  for (size_t i = 0; i < got.size(); ++i) differ += got[i].bits != want[i].bits;
-  EXPECT_EQ(differ, 0) << "of " << got.size() << " bf16 outputs";
 }
 
 TEST(CudaTpInvariantGemm, RowParallelPartialsAreTheCpuSubtreesAtEveryTp) {
