@@ -390,6 +390,7 @@ KernelCase attention_long_case(int M, int context, bool split) {
   const size_t scratch_bytes = split ? cu::attention_split_scratch_bytes(hd, context) : 0;
   auto scratch = std::make_shared<DeviceBuffer<uint8_t>>(std::max<size_t>(scratch_bytes, 1));
   cudaCheck(cudaMemset(scratch->get(), 0, scratch_bytes));  // the arrival counters start at zero
+  cudaCheck(cudaDeviceSynchronize());  // before the case's own (non-blocking) stream uses it
   const cu::AttentionBatch batch{contexts->block_tables->get(), contexts->stride,
                                  contexts->context_lens->get(), contexts->decode->get()};
   const double bytes =

@@ -65,8 +65,9 @@ CudaForward::CudaForward(std::shared_ptr<const DeviceModel> model, EngineOptions
     r->attention_split_bytes = attention_split_scratch_bytes(
         c.head_dim, max_blocks_per_sequence(m.options) * m.options.block_size);
     r->attention_split.reserve(r->attention_split_bytes);
-    // Its arrival counters start at zero; every split launch leaves them so (kernels.hpp).
-    cudaCheck(cudaMemset(r->attention_split.get(), 0, r->attention_split_bytes));
+    // Its arrival counters start at zero; every split launch leaves them so (kernels.hpp). On the
+    // rank's own stream: a non-blocking stream is not ordered after the legacy default stream.
+    cudaCheck(cudaMemsetAsync(r->attention_split.get(), 0, r->attention_split_bytes, local.stream));
     cudaCheck(cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&r->joined, cudaEventDisableTiming));
     m.ranks.push_back(std::move(r));
