@@ -12,8 +12,8 @@
 // 5 and 16 (parts crossing and meeting pass edges), large queries (weights underflowing to 0),
 // repeated blocks (tied scores), and inputs holding NaN, infinities and signed zeros; every batch
 // with passes of 32, 64 and 128 keys as well as the launcher's own pick; and split KV (segments of
-// 128 keys in blocks of their own, folded by the last of them to finish) at every context to 1280, on the
-// qwen3 shape and the odd ones.
+// 128 keys in blocks of their own, folded by the last of them to finish) at every context to 1280,
+// on the qwen3 shape and the odd ones.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
