@@ -6,6 +6,9 @@
 # (the base only bih_cuda_bench), runs the whole GPU suite on the new build, compute-sanitizer
 # memcheck and racecheck on SANITIZE_FILTER (each bounded by SANITIZE_TIMEOUT s), the bench
 # (BENCH_FILTER) RUNS times on each side (default 2), and the eager step profiles of the new build.
+# With NCU_KERNEL (a kernel-name regex) set, Nsight Compute also profiles that kernel's first launch
+# in the new build's bench under NCU_BENCH (a --benchmark_filter) into $OUT/ncu.txt, e.g.
+#   NCU_KERNEL=chunk_tree_smem NCU_BENCH='^Gemm/gate_up/M=512/' bash ci/device-ab.sh
 # Usage (device tool, carry [".ab"]):
 #   BENCH_FILTER='^Kernel/attention' RUNS=2 bash ci/device-ab.sh
 # Used for reports/gpu/fma-and-short-passes-2026-12-06.
@@ -39,6 +42,15 @@ for run in $(seq 1 "${RUNS:-2}"); do
   /tmp/base/b/bih_cuda_bench --benchmark_filter="$F" >"$OUT/bench-base-$run.txt" 2>&1
   build-device/bih_cuda_bench --benchmark_filter="$F" >"$OUT/bench-new-$run.txt" 2>&1
 done
+if [ -n "${NCU_KERNEL:-}" ]; then
+  timeout 200 ncu --kernel-name "regex:$NCU_KERNEL" --launch-count 1 --section SpeedOfLight \
+    --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section InstructionStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section SourceCounters build-device/bih_cuda_bench --benchmark_filter="${NCU_BENCH:-.}" \
+    >"$OUT/ncu.txt" 2>&1
+  echo "ncu ($NCU_KERNEL under $NCU_BENCH): exit $?"
+  grep -E "Duration|Issue Slots Busy|Registers Per|Achieved Occupancy|Issued Instructions  " "$OUT/ncu.txt"
+fi
 BIH_CUDA_PROFILE=1 build-device/bih_cuda_bench \
   --benchmark_filter='DecodeStep/qwen3-1.7b/tp:1/bs:(1|64)/graph:none/kernels:invariant' \
   >"$OUT/profile-eager-new.txt" 2>&1
