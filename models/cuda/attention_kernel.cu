@@ -19,7 +19,6 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <vector>
 
 #include "models/cuda/attention_common.cuh"
 #include "models/cuda/attention_split_fold.cuh"
@@ -418,30 +417,11 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
   }
 }
 
-// Lets attention_kernel launch with `bytes` of dynamic shared memory on the current device. Past
-// the 48 KiB default that takes an opt-in per device, made once per size increase (the call
-// synchronizes the runtime, so not on every launch).
+// Lets attention_kernel<kVendor, kShort, kSplit> launch with `bytes` of dynamic shared memory.
 template <bool kVendor, bool kShort, bool kSplit>
 void allow_attention_smem(size_t bytes) {
-  constexpr size_t kDefaultDynamicSmem = 48 * 1024;
-  if (bytes <= kDefaultDynamicSmem) return;
-  int device = 0;
-  cudaCheck(cudaGetDevice(&device));
-  static std::mutex mutex;
-  static std::vector<size_t> allowed;  // per device, for this instantiation
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.size() <= static_cast<size_t>(device)) allowed.resize(device + 1, 0);
-  if (allowed[device] >= bytes) return;
-  // The first launch may come inside a caller's graph capture: the attribute is no stream work,
-  // so this thread's capture mode is relaxed around the call, then restored.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
-  const cudaError_t set =
-      cudaFuncSetAttribute(attention_kernel<kVendor, kShort, kSplit>,
-                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
-  cudaCheck(set);
-  allowed[device] = bytes;
+  allow_dynamic_shared_memory(
+      reinterpret_cast<const void*>(&attention_kernel<kVendor, kShort, kSplit>), bytes);
 }
 
 // Blocks of attention_kernel<kVendor, kShort, kSplit> resident on one multiprocessor with passes of
@@ -547,25 +527,22 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
   // A split launch's folding block reuses the staging area for the fold's arrays.
   if (split) smem = std::max(smem, kSplitFoldSharedFloats * sizeof(float));
   const auto launch = [&](auto kernel) {
+    allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), smem);
     kernel<<<dim3(static_cast<unsigned>(blocks), segments), kAttentionThreads, smem, stream>>>(
         bits_of(q), bits_of(kv.k), bits_of(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim,
         batch, n_heads, n_heads / kv.num_kv_heads, scale, vendor_splits, vector_copies,
         keys_per_pass, split_tiles, bits_of(out));
   };
   const bool short_passes = keys_per_pass < kKeysPerPass;
-  const auto launch_as = [&]<bool kVendor, bool kShort, bool kSplit>() {
-    allow_attention_smem<kVendor, kShort, kSplit>(smem);
-    launch(attention_kernel<kVendor, kShort, kSplit>);
-  };
   if (vendor) {
-    short_passes ? launch_as.template operator()<true, true, false>()
-                 : launch_as.template operator()<true, false, false>();
+    launch(short_passes ? attention_kernel<true, true, false>
+                        : attention_kernel<true, false, false>);
   } else if (split) {
-    short_passes ? launch_as.template operator()<false, true, true>()
-                 : launch_as.template operator()<false, false, true>();
+    launch(short_passes ? attention_kernel<false, true, true>
+                        : attention_kernel<false, false, true>);
   } else {
-    short_passes ? launch_as.template operator()<false, true, false>()
-                 : launch_as.template operator()<false, false, false>();
+    launch(short_passes ? attention_kernel<false, true, false>
+                        : attention_kernel<false, false, false>);
   }
   check_launch();
 }

@@ -6,9 +6,11 @@
 #include <nccl.h>
 #endif
 
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/cuda/check.hpp"
@@ -75,6 +77,25 @@ int multiprocessor_count() {
     cudaCheck(cudaDeviceGetAttribute(&known[device], cudaDevAttrMultiProcessorCount, device));
   }
   return known[device];
+}
+
+void allow_dynamic_shared_memory(const void* kernel, size_t bytes) {
+  constexpr size_t kDefaultDynamicSmem = 48 * 1024;
+  if (bytes <= kDefaultDynamicSmem) return;
+  int device = 0;
+  cudaCheck(cudaGetDevice(&device));
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, size_t> allowed;  // (kernel, device): bytes
+  const std::lock_guard<std::mutex> lock(mutex);
+  size_t& done = allowed[{kernel, device}];
+  if (done >= bytes) return;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t set = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(bytes));
+  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
+  cudaCheck(set);
+  done = bytes;
 }
 
 }  // namespace bih::cuda

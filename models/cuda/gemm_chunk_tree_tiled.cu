@@ -28,8 +28,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
-#include <vector>
 
 #include "models/cuda/bf16_bits.cuh"
 #include "models/cuda/check.hpp"
@@ -260,35 +258,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// Lets chunk_tree_smem_kernel<TM> launch with its dynamic shared memory on the current device:
-// past the 48 KiB default that takes an opt-in per device, made once. The first launch may come
-// inside a caller's graph capture: the attribute is no stream work, so this thread's capture mode
-// is relaxed around the call.
-template <int TM>
-void allow_smem() {
-  constexpr size_t kDefaultDynamicSmem = 48 * 1024;
-  if (Tile<TM>::kSmemBytes <= kDefaultDynamicSmem) return;
-  int device = 0;
-  cudaCheck(cudaGetDevice(&device));
-  static std::mutex mutex;
-  static std::vector<bool> allowed;
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (allowed.size() <= static_cast<size_t>(device)) allowed.resize(device + 1, false);
-  if (allowed[device]) return;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
-  const cudaError_t set =
-      cudaFuncSetAttribute(chunk_tree_smem_kernel<TM>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(Tile<TM>::kSmemBytes));
-  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
-  cudaCheck(set);
-  allowed[device] = true;
-}
-
 template <int TM>
 void launch(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N, int K,
             int chunks, cudaStream_t stream) {
-  allow_smem<TM>();
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(&chunk_tree_smem_kernel<TM>),
+                              Tile<TM>::kSmemBytes);
   const dim3 grid((M + Tile<TM>::kRows - 1) / Tile<TM>::kRows, (N + kColumns - 1) / kColumns);
   chunk_tree_smem_kernel<TM><<<grid, kThreads, Tile<TM>::kSmemBytes, stream>>>(
       static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
