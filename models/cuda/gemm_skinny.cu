@@ -226,7 +226,9 @@ void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int
         ", N a multiple of 8 and K a multiple of 128; got M=" + std::to_string(M) +
         " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
-  if (M <= 8) {
+  if (skinny_stream_supports(M, N, K, x, w)) {
+    launch_skinny_stream(x, w, y, M, N, K, stream);
+  } else if (M <= 8) {
     launch<8, 8>(x, w, y, M, N, K, stream);
   } else if (M <= 16) {
     launch<16, 6>(x, w, y, M, N, K, stream);

@@ -29,8 +29,16 @@ bool skinny_gemm_supports(int M, int N, int K);
 
 // y[M, N] = x[M, K] · w[N, K]^T; device pointers to bf16 (raw 16-bit storage), row-major.
 // Launches asynchronously on `stream`; throws std::invalid_argument for a shape it does not take,
-// std::runtime_error if the launch fails.
+// std::runtime_error if the launch fails. M <= 8 on a shape the stream instance takes runs that
+// (gemm_skinny_stream.cu: the same chains, the weights fed by the tensor copy engine).
 void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
                         cudaStream_t stream);
+
+
+// The decode instance (gemm_skinny_stream.cu, sm_90): 1 <= M <= 8, N % 16 == 0, K % 256 == 0,
+// x and w 16-byte aligned.
+bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w);
+void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, int K,
+                          cudaStream_t stream);
 
 }  // namespace bih::cuda

@@ -1,5 +1,6 @@
 // ptx.cuh: the inline PTX the own tensor-core GEMM kernels share (sm_80 mma.sync, ldmatrix,
-// cp.async), each wrapped once so a kernel reads as what it does.
+// cp.async; sm_90 mbarriers and the tensor copy engine), each wrapped once so a kernel reads as
+// what it does.
 //
 // Shared-memory operands are 32-bit shared-window addresses (shared_address); offsets that are
 // template parameters become PTX immediates, so an unrolled loop does no address arithmetic.
@@ -55,6 +56,49 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// 8 bytes from shared memory.
+__device__ __forceinline__ uint2 load_shared_8(uint32_t address) {
+  uint2 v;
+  asm volatile("ld.shared.v2.b32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(address));
+  return v;
+}
+
+// sm_90 mbarriers (a 64-bit word in shared memory) and the tensor copy engine.
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals));
+}
+// Makes the inits visible to the tensor copy engine (the async proxy) before its first use.
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT_%=:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// One arrival that also announces `bytes` of tensor copies completing on this barrier.
+__device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// The box of a 2-D tensor map at (c0 innermost, c1) into shared memory at dst, counted on bar.
+// `map` is the address of a __grid_constant__ CUtensorMap kernel parameter.
+__device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void* map, int c0, int c1,
+                                               uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
 }
 
 }  // namespace bih::cuda::ptx

@@ -450,6 +450,62 @@ TEST(CudaGemm, SkinnyCompanionServesSmallMOnHopperWithTheReferenceBits) {
   }
 }
 
+// The decode instance (gemm_skinny_stream.cu) on the shapes one rank of TP 1..8 sees, at every M
+// it takes: bitwise the pinned reference on order-sensitive operands (so the permutation inside a
+// k16 step changes no bit), and a clear refusal of what it does not take.
+TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
+  BIH_SKIP_WITHOUT_GPU();
+  int device = 0;
+  int major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
+  CudaGemmOptions off;
+  off.companions = false;
+  CudaGemm reference(off);
+  struct RankShape {
+    std::string name;
+    int N, K;
+  };
+  std::vector<RankShape> shapes;
+  for (int tp : {1, 2, 8}) {
+    for (const Shape& s : kShapes) {
+      const bool row_parallel = s.name == "o_proj" || s.name == "down";
+      if (s.name == "lm_head" && tp > 1) continue;  // one vocab shard is enough: tp 1
+      shapes.push_back({s.name + "/tp" + std::to_string(tp), row_parallel ? s.N : s.N / tp,
+                        row_parallel ? s.K / tp : s.K});
+    }
+  }
+  shapes.push_back({"smallest", 16, 256});
+  for (const RankShape& s : shapes) {
+    ASSERT_TRUE(bih::cuda::skinny_stream_supports(8, s.N, s.K, reinterpret_cast<void*>(256),
+                                                  reinterpret_cast<void*>(256)))
+        << s.name;
+    DeviceBuffer<bf16> x(static_cast<size_t>(8) * s.K);  // [8, K]
+    DeviceBuffer<bf16> w(static_cast<size_t>(s.N) * s.K);
+    DeviceBuffer<bf16> y(static_cast<size_t>(8) * s.N);
+    DeviceBuffer<bf16> y_reference(static_cast<size_t>(8) * s.N);
+    bih::cuda::fill_order_sensitive_operands(x.get(), 8, w.get(), s.N, s.K, 20261206, nullptr);
+    for (int m = 1; m <= 8; ++m) {
+      bih::cuda::launch_skinny_stream(x.get(), w.get(), y.get(), m, s.N, s.K, nullptr);
+      reference.gemm(KernelFamily::invariant, x.get(), w.get(), y_reference.get(), m, s.N, s.K,
+                     nullptr);
+      const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
+          y.get(), y_reference.get(), static_cast<size_t>(m) * s.N, nullptr);
+      EXPECT_EQ(d.count, 0u) << s.name << " N=" << s.N << " K=" << s.K << " M=" << m
+                             << ": first at row " << d.first / s.N << " col " << d.first % s.N;
+    }
+  }
+  DeviceBuffer<bf16> buffer(static_cast<size_t>(16) * 512);
+  EXPECT_FALSE(bih::cuda::skinny_stream_supports(9, 16, 256, buffer.get(), buffer.get()));
+  EXPECT_FALSE(bih::cuda::skinny_stream_supports(1, 16, 128, buffer.get(), buffer.get()));
+  EXPECT_FALSE(bih::cuda::skinny_stream_supports(1, 8, 256, buffer.get(), buffer.get()));
+  EXPECT_FALSE(bih::cuda::skinny_stream_supports(1, 16, 256, buffer.get() + 1, buffer.get()));
+  EXPECT_THROW(bih::cuda::launch_skinny_stream(buffer.get(), buffer.get(), buffer.get(), 1, 16,
+                                               384, nullptr),
+               std::invalid_argument);
+}
+
 TEST(CudaGemm, VendorDownProjectionRowDependsOnTheBatch) {
   BIH_SKIP_WITHOUT_GPU();
   CudaGemm gemm;

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <map>
+#include <string>
 #include <utility>
 #include <random>
 #include <vector>
@@ -250,25 +252,27 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// (d) kWarps consumer warps of 8 weight rows each and one producer warp: the producer's lane 0
-// copies each 64-k stage of the CTA's rows (box [8 kWarps][64], 128-byte swizzle) and of x (box
-// [8][64]; token rows past M come back zero) with the tensor copy engine into a kStages ring,
-// completion counted on the stage's mbarrier; consumers read their fragment pieces with 8-byte
-// shared loads (the permutation inside a k16 step of kPerm) and release the slot.
-template <int kWarps, int kStages>
+// (d) kWarps consumer warps of 8 kChains weight rows each and one producer warp: the producer's
+// lane 0 copies each 64-k stage of the CTA's rows (box [8 kChains kWarps][64], 128-byte swizzle)
+// and of x (box [8][64]; token rows past M come back zero) with the tensor copy engine into a
+// kStages ring, completion counted on the stage's mbarrier. Consumers read their fragment pieces
+// with 8-byte shared loads (the permutation inside a k16 step of kPerm) one stage ahead, between
+// the dependent mmas of the current stage (issue is in order: what sits between two mmas of a
+// chain runs in the first one's latency), and release the slot as soon as they hold it.
+template <int kWarps, int kStages, int kChains>
 __global__ void __launch_bounds__(32 * (kWarps + 1))
     chain_gemv_tma(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
                    __nv_bfloat16* __restrict__ y, int M, int N, int K) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
   const uint32_t base = (raw + 1023u) & ~1023u;
-  constexpr uint32_t kWBytes = kWarps * 8 * 128;
+  constexpr uint32_t kWBytes = kWarps * kChains * 8 * 128;
   constexpr uint32_t kStageBytes = kWBytes + 1024;
   const uint32_t bars = base + kStages * kStageBytes;
   auto full = [&](int i) { return bars + 8u * i; };
   auto empty = [&](int i) { return bars + 8u * (kStages + i); };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row0 = blockIdx.x * kWarps * 8;
+  const int row0 = blockIdx.x * kWarps * kChains * 8;
   const int stages = K / 64;
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
@@ -292,24 +296,132 @@ __global__ void __launch_bounds__(32 * (kWarps + 1))
     return;
   }
   const int g = lane >> 2, t = lane & 3;
+  float acc[kChains][4] = {};
+  uint2 b[kChains][4], a[4];
+  // Fragment pieces of k16 step j of stage s, for every chain.
+  auto fetch = [&](int s, int j, uint2 (&bb)[kChains][4], uint2 (&aa)[4]) {
+    const uint32_t stage = base + (s % kStages) * kStageBytes;
+    const uint32_t chunk = static_cast<uint32_t>((2 * j + (t >> 1)) ^ g) * 16 + (t & 1) * 8;
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) {
+      bb[c][j] = lds64(stage + ((warp * kChains + c) * 8 + g) * 128 + chunk);
+    }
+    aa[j] = lds64(stage + kWBytes + g * 128 + chunk);
+  };
+  mbar_wait(full(0), 0);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) fetch(0, j, b, a);
+  __syncwarp();
+  if (lane == 0) mbar_arrive(empty(0));
+  for (int s = 0; s < stages; ++s) {
+    const bool more = s + 1 < stages;
+    uint2 nb[kChains][4], na[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) mma(acc[c], a[j].x, a[j].y, b[c][j].x, b[c][j].y);
+      if (more) {
+        if (j == 0) mbar_wait(full((s + 1) % kStages), ((s + 1) / kStages) & 1);
+        fetch(s + 1, j, nb, na);
+        if (j == 3) {
+          __syncwarp();
+          if (lane == 0) mbar_arrive(empty((s + 1) % kStages));
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      a[j] = na[j];
+#pragma unroll
+      for (int c = 0; c < kChains; ++c) b[c][j] = nb[c][j];
+    }
+  }
+  if (g < M) {
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) {
+      const int n0 = row0 + (warp * kChains + c) * 8;
+      *reinterpret_cast<__nv_bfloat162*>(y + static_cast<size_t>(g) * N + n0 + 2 * t) =
+          __floats2bfloat162_rn(acc[c][0], acc[c][1]);
+    }
+  }
+}
+__device__ unsigned long long probe_times[3 * 8192];
+
+// (c2) call 3's version: fragments read after the stage's wait, then 4 mmas. kWarps consumer warps of 8 weight rows each and one producer warp: the producer's lane 0
+// copies each 64-k stage of the CTA's rows (box [8 kWarps][64], 128-byte swizzle) and of x (box
+// [8][64]; token rows past M come back zero) with the tensor copy engine into a kStages ring,
+// completion counted on the stage's mbarrier; consumers read their fragment pieces with 8-byte
+// shared loads (the permutation inside a k16 step of kPerm) and release the slot.
+template <int kWarps, int kStages, bool kProbe, int kBoxes>
+__global__ void __launch_bounds__(32 * (kWarps + 1))
+    chain_gemv_tma_simple(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap,
+                   __nv_bfloat16* __restrict__ y, int M, int N, int K) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  constexpr uint32_t kBoxW = kWarps * 8 * 128;  // one [8 kWarps][64] box
+  constexpr uint32_t kWBytes = kBoxW * kBoxes;
+  constexpr uint32_t kStageBytes = kWBytes + 1024 * kBoxes;
+  const uint32_t bars = base + kStages * kStageBytes;
+  auto full = [&](int i) { return bars + 8u * i; };
+  auto empty = [&](int i) { return bars + 8u * (kStages + i); };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = blockIdx.x * kWarps * 8;
+  const int stages = K / (64 * kBoxes);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(full(i), 1);
+      mbar_init(empty(i), kWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (warp == kWarps) {
+    if (lane == 0) {
+      for (int s = 0; s < stages; ++s) {
+        const int slot = s % kStages;
+        const int use = s / kStages;
+        if (use > 0) mbar_wait(empty(slot), (use - 1) & 1);
+        mbar_expect_tx(full(slot), kStageBytes);
+        for (int box = 0; box < kBoxes; ++box) {
+          const int k0 = (s * kBoxes + box) * 64;
+          tma_load_2d(base + slot * kStageBytes + box * kBoxW, &wmap, k0, row0, full(slot));
+          tma_load_2d(base + slot * kStageBytes + kWBytes + box * 1024, &xmap, k0, 0, full(slot));
+        }
+      }
+    }
+    return;
+  }
+  const int g = lane >> 2, t = lane & 3;
   const uint32_t wrow = warp * 8 + g;
+  unsigned long long t0 = 0, t1 = 0;
+  if (kProbe && lane == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   for (int s = 0; s < stages; ++s) {
     const int slot = s % kStages;
     mbar_wait(full(slot), (s / kStages) & 1);
+    if (kProbe && lane == 0 && s == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
     const uint32_t wt = base + slot * kStageBytes + wrow * 128 + (t & 1) * 8;
     const uint32_t xt = base + slot * kStageBytes + kWBytes + g * 128 + (t & 1) * 8;
-    uint2 b[4], a[4];
+    uint2 b[4 * kBoxes], a[4 * kBoxes];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const uint32_t chunk = static_cast<uint32_t>((2 * j + (t >> 1)) ^ g) * 16;
-      b[j] = lds64(wt + chunk);
-      a[j] = lds64(xt + chunk);
+    for (int j = 0; j < 4 * kBoxes; ++j) {
+      const uint32_t chunk = static_cast<uint32_t>((2 * (j % 4) + (t >> 1)) ^ g) * 16;
+      b[j] = lds64(wt + (j / 4) * kBoxW + chunk);
+      a[j] = lds64(xt + (j / 4) * 1024 + chunk);
     }
     __syncwarp();
     if (lane == 0) mbar_arrive(empty(slot));
 #pragma unroll
-    for (int j = 0; j < 4; ++j) mma(acc, a[j].x, a[j].y, b[j].x, b[j].y);
+    for (int j = 0; j < 4 * kBoxes; ++j) mma(acc, a[j].x, a[j].y, b[j].x, b[j].y);
+  }
+  if (kProbe && lane == 0) {
+    unsigned long long t2;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t2));
+    const int id = blockIdx.x * kWarps + warp;
+    probe_times[3 * id] = t0;
+    probe_times[3 * id + 1] = t1;
+    probe_times[3 * id + 2] = t2;
   }
   if (g < M) {
     const int n0 = row0 + warp * 8;
@@ -365,9 +477,29 @@ CUtensorMap make_map(const void* p, int rows, int cols, int box_rows) {
   return m;
 }
 
-template <int kWarps, int kStages>
+template <int kWarps, int kStages, int kChains = 1>
 void launch_tma(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int M, int N,
                 int K) {
+  static std::map<std::pair<const void*, int>, CUtensorMap> maps;
+  auto wkey = std::make_pair(static_cast<const void*>(w), N * 1000 + K);
+  auto it = maps.find(wkey);
+  if (it == maps.end()) it = maps.emplace(wkey, make_map(w, N, K, kWarps * kChains * 8)).first;
+  auto xkey = std::make_pair(static_cast<const void*>(x), -(M * 100000 + K));
+  auto xt = maps.find(xkey);
+  if (xt == maps.end()) xt = maps.emplace(xkey, make_map(x, M, K, 8)).first;
+  constexpr size_t bytes = 1024 + size_t(kStages) * (kWarps * kChains * 1024 + 1024) + 16 * kStages;
+  static bool set = false;
+  if (!set) {
+    CK(cudaFuncSetAttribute(chain_gemv_tma<kWarps, kStages, kChains>,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    set = true;
+  }
+  chain_gemv_tma<kWarps, kStages, kChains><<<N / (8 * kWarps * kChains), 32 * (kWarps + 1), bytes>>>(it->second, xt->second, y, M, N, K);
+}
+
+template <int kWarps, int kStages, int kBoxes = 1, bool kProbe = false>
+void launch_simple(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y, int M, int N,
+                   int K) {
   static std::map<std::pair<const void*, int>, CUtensorMap> maps;
   auto wkey = std::make_pair(static_cast<const void*>(w), N * 1000 + K);
   auto it = maps.find(wkey);
@@ -375,14 +507,14 @@ void launch_tma(const __nv_bfloat16* x, const __nv_bfloat16* w, __nv_bfloat16* y
   auto xkey = std::make_pair(static_cast<const void*>(x), -(M * 100000 + K));
   auto xt = maps.find(xkey);
   if (xt == maps.end()) xt = maps.emplace(xkey, make_map(x, M, K, 8)).first;
-  constexpr size_t bytes = 1024 + size_t(kStages) * (kWarps * 1024 + 1024) + 16 * kStages;
+  constexpr size_t bytes = 1024 + size_t(kStages) * kBoxes * (kWarps * 1024 + 1024) + 16 * kStages;
   static bool set = false;
   if (!set) {
-    CK(cudaFuncSetAttribute(chain_gemv_tma<kWarps, kStages>,
+    CK(cudaFuncSetAttribute(chain_gemv_tma_simple<kWarps, kStages, kProbe, kBoxes>,
                             cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     set = true;
   }
-  chain_gemv_tma<kWarps, kStages><<<N / (8 * kWarps), 32 * (kWarps + 1), bytes>>>(it->second, xt->second, y, M, N, K);
+  chain_gemv_tma_simple<kWarps, kStages, kProbe, kBoxes><<<N / (8 * kWarps), 32 * (kWarps + 1), bytes>>>(it->second, xt->second, y, M, N, K);
 }
 
 int main() {
@@ -500,12 +632,12 @@ int main() {
       const char* name;
       void (*fn)(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int);
     };
-    const Variant variants[] = {{"plain-d32-w4", launch_plain<32, 4>},
-                                {"tma-w1-s16", launch_tma<1, 16>},
-                                {"tma-w2-s16", launch_tma<2, 16>},
-                                {"tma-w4-s8", launch_tma<4, 8>},
-                                {"tma-w1-s32", launch_tma<1, 32>},
-                                {"tma-w2-s32", launch_tma<2, 32>}};
+    const Variant variants[] = {{"w2-s16-b1", launch_simple<2, 16>},
+                                {"w2-s8-b2", launch_simple<2, 8, 2>},
+                                {"w2-s4-b4", launch_simple<2, 4, 4>},
+                                {"w4-s4-b4", launch_simple<4, 4, 4>},
+                                {"w4-s8-b2", launch_simple<4, 8, 2>},
+                                {"w1-s6-b4", launch_simple<1, 6, 4>}};
     for (int M : {1, 8}) {
       cublas(ws[0], y_ref, M);
       CK(cudaDeviceSynchronize());
@@ -535,13 +667,38 @@ int main() {
                     M, v.name, us, wbytes / us / 1e6, cub / us, hot, d, size_t(M) * N);
       }
     }
+    if (N == 2048) {  // where does one cold launch's time go (simple-w2-s16, M=1)?
+      for (int rep = 0; rep < 3; ++rep) {
+        CK(cudaDeviceSynchronize());
+        launch_simple<2, 4, 4, true>(x, ws[(rep + 1) % copies], y, 1, N, K);
+        CK(cudaDeviceSynchronize());
+        std::vector<unsigned long long> tt(3 * (N / 8));
+        CK(cudaMemcpyFromSymbol(tt.data(), probe_times, tt.size() * 8));
+        unsigned long long lo = ~0ull, hi = 0;
+        for (int i = 0; i < N / 8; ++i) lo = std::min(lo, tt[3 * i]), hi = std::max(hi, tt[3 * i + 2]);
+        std::vector<double> first, chain, start;
+        for (int i = 0; i < N / 8; ++i) {
+          start.push_back((tt[3 * i] - lo) / 1e3);
+          first.push_back((tt[3 * i + 1] - tt[3 * i]) / 1e3);
+          chain.push_back((tt[3 * i + 2] - tt[3 * i + 1]) / 1e3);
+        }
+        auto stat = [](std::vector<double> v) {
+          std::sort(v.begin(), v.end());
+          static char buf[96];
+          std::snprintf(buf, sizeof buf, "min %.2f med %.2f max %.2f", v.front(), v[v.size() / 2], v.back());
+          return std::string(buf);
+        };
+        std::printf("  probe w2-s4-b4 M=1 cold: span of the warps %.2f us; warp start after the first %s; first stage wait %s; stages after it %s us (%d k16 steps)\n",
+                    (hi - lo) / 1e3, stat(start).c_str(), stat(first).c_str(), stat(chain).c_str(), K / 16);
+      }
+    }
     for (auto& p : ws) CK(cudaFree(p));
     CK(cudaFree(x));
     CK(cudaFree(y));
     CK(cudaFree(y_ref));
   }
   std::printf("M=1 totals (one layer's four GEMMs + lm_head): cublas %.1f us", total[0]);
-  const char* names[] = {"", "plain-d32-w4", "tma-w1-s16", "tma-w2-s16", "tma-w4-s8", "tma-w1-s32", "tma-w2-s32"};
+  const char* names[] = {"", "w2-s16-b1", "w2-s8-b2", "w2-s4-b4", "w4-s4-b4", "w4-s8-b2", "w1-s6-b4"};
   for (int i = 1; i <= 6; ++i) std::printf(", %s %.1f", names[i], total[i]);
   std::printf("\n");
   return 0;

@@ -1,0 +1,203 @@
+// gemm_skinny_stream.cu: the skinny GEMM's decode instance (M <= 8), its weights streamed by the
+// tensor copy engine.
+//
+// The chains are gemm_skinny.cu's: one mma.sync m16n8k16 chain per output, bf16 in, fp32
+// accumulate, the k16 steps of K in order. What differs is the feed. A CTA is kConsumers warps of
+// 8 weight rows each plus one producer warp, whose lane 0 copies every stage (kBoxes boxes of
+// [8 kConsumers rows][64 k] of w, and the same k of x as [8 rows][64 k], token rows past M filled
+// with zeros by the copy engine) into a kStages ring with the 128-byte swizzle, counted on the
+// stage's "full" mbarrier. No thread spends registers or instructions on bytes in flight, so a
+// CTA keeps up to kStages stages (48 KiB) of its rows in flight. A consumer reads a whole stage's
+// fragment pieces with 8-byte shared loads, releases the slot on its "empty" mbarrier, then runs
+// the stage's 16 dependent mmas: one wait and one release per 16 steps.
+//
+// Fragment pieces: lane (g, t) gives mma k {2t, 2t+1, 2t+8, 2t+9} of a k16 step of weight row
+// n0 + g (B) and token row g (A, rows g + 8 zero). It loads memory k 4t..4t+3 of the step into
+// them, one 8-byte load, the same permutation inside the step for both operands, so the step
+// multiplies the same 16 pairs. That the tensor core sums a step's 16 products without regard to
+// their order inside the step is what makes this the chain of gemm_skinny.cu bit for bit: it was
+// measured on H100 (0 of 1.5 million outputs differ from cuBLAS, reports/gpu/decode-chain-
+// 2026-12-06), and CudaGemm proves it per shape (gemm_equivalence.hpp) before the kernel serves.
+//
+// Measured against plain register loads (no better than cuBLAS), a per-lane cp.async ring and one
+// box per stage (reports/gpu/decode-chain-2026-12-06): a chain step costs the mma's 25 cycles
+// plus the stage's wait and shared loads, so fewer, larger stages were the gain.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "models/cuda/check.hpp"
+#include "models/cuda/device_info.hpp"
+#include "models/cuda/gemm_skinny.hpp"
+#include "models/cuda/ptx.cuh"
+
+namespace bih::cuda {
+namespace {
+
+constexpr int kConsumers = 2;  // warps of 8 weight rows per CTA
+constexpr int kStages = 4;     // ring slots
+constexpr int kBoxes = 4;      // 64-k boxes per stage: 16 k16 steps
+constexpr int kBoxK = 64;      // bf16 per box row: 128 bytes, the 128-byte swizzle's span
+constexpr int kStageK = kBoxK * kBoxes;
+constexpr int kRows = 8 * kConsumers;
+constexpr uint32_t kWeightBoxBytes = kRows * kBoxK * 2;
+constexpr uint32_t kTokenBoxBytes = 8 * kBoxK * 2;
+constexpr uint32_t kStageBytes = kBoxes * (kWeightBoxBytes + kTokenBoxBytes);
+// The swizzle repeats every 1024 bytes, and each box must start on such a boundary.
+constexpr size_t kSharedBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+static_assert(kWeightBoxBytes % 1024 == 0 && kTokenBoxBytes % 1024 == 0);
+
+using ptx::load_shared_8;
+using ptx::mbarrier_arrive;
+using ptx::mbarrier_arrive_expect_bytes;
+using ptx::mbarrier_init;
+using ptx::mbarrier_init_fence;
+using ptx::mbarrier_wait;
+using ptx::tensor_copy_2d;
+
+__device__ __forceinline__ void mma_chain_step(float (&acc)[4], uint2 a, uint2 b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a.x), "r"(0u), "r"(a.y), "r"(0u), "r"(b.x), "r"(b.y));
+}
+
+// w_map: w [N, K] in boxes [kRows][64]; x_map: x [M, K] in boxes [8][64]; y: [M, N] bf16.
+// grid [N / kRows], block [32 (kConsumers + 1)], kSharedBytes of dynamic shared memory.
+__global__ void __launch_bounds__(32 * (kConsumers + 1))
+    skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
+                         const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
+                         int M, int N, int K) {
+  extern __shared__ unsigned char shared_raw[];
+  const uint32_t base = (ptx::shared_address(shared_raw) + 1023u) & ~1023u;
+  const uint32_t bars = base + kStages * kStageBytes;
+  auto full = [&](int slot) { return bars + 8u * slot; };
+  auto empty = [&](int slot) { return bars + 8u * (kStages + slot); };
+  const int warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31;
+  const int row0 = blockIdx.x * kRows;
+  const int stages = K / kStageK;
+  if (threadIdx.x == 0) {
+    for (int slot = 0; slot < kStages; ++slot) {
+      mbarrier_init(full(slot), 1);
+      mbarrier_init(empty(slot), kConsumers);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kConsumers) {  // the producer
+    if (lane == 0) {
+      for (int s = 0; s < stages; ++s) {
+        const int slot = s % kStages;
+        if (s >= kStages) mbarrier_wait(empty(slot), ((s / kStages) - 1) & 1);
+        mbarrier_arrive_expect_bytes(full(slot), kStageBytes);
+        const uint32_t stage = base + slot * kStageBytes;
+        for (int box = 0; box < kBoxes; ++box) {
+          const int k0 = s * kStageK + box * kBoxK;
+          tensor_copy_2d(stage + box * kWeightBoxBytes, &w_map, k0, row0, full(slot));
+          tensor_copy_2d(stage + kBoxes * kWeightBoxBytes + box * kTokenBoxBytes, &x_map, k0, 0,
+                         full(slot));
+        }
+      }
+    }
+    return;
+  }
+
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const uint32_t weight_row = (warp * 8 + g) * (kBoxK * 2);
+  const uint32_t token_row = g * (kBoxK * 2);
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int s = 0; s < stages; ++s) {
+    const int slot = s % kStages;
+    mbarrier_wait(full(slot), (s / kStages) & 1);
+    const uint32_t stage = base + slot * kStageBytes;
+    uint2 b[4 * kBoxes], a[4 * kBoxes];
+#pragma unroll
+    for (int j = 0; j < 4 * kBoxes; ++j) {
+      // Step j % 4 of box j / 4: bytes 32 (j % 4) + 8t of the row, whose 16-byte chunk the
+      // swizzle moved to chunk ^ (row % 8); every row here has row % 8 == g.
+      const uint32_t piece = (((2 * (j % 4) + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
+      b[j] = load_shared_8(stage + (j / 4) * kWeightBoxBytes + weight_row + piece);
+      a[j] = load_shared_8(stage + kBoxes * kWeightBoxBytes + (j / 4) * kTokenBoxBytes + token_row +
+                           piece);
+    }
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty(slot));
+#pragma unroll
+    for (int j = 0; j < 4 * kBoxes; ++j) mma_chain_step(acc, a[j], b[j]);
+  }
+  // acc[0..1]: token g, columns n0 + 2t and n0 + 2t + 1.
+  if (g < M) {
+    const int n0 = row0 + warp * 8;
+    *reinterpret_cast<__nv_bfloat162*>(y + static_cast<size_t>(g) * N + n0 + 2 * t) =
+        __floats2bfloat162_rn(acc[0], acc[1]);
+  }
+}
+
+// cuTensorMapEncodeTiled from the driver, found through the runtime (no link to libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                               cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || fn == nullptr) {
+      throw std::runtime_error("skinny stream GEMM: the driver has no cuTensorMapEncodeTiled");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encode;
+}
+
+// A [rows, cols] bf16 row-major matrix read in boxes of [box_rows][64] with the 128-byte swizzle;
+// rows past `rows` read as zero.
+CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t row_bytes[1] = {static_cast<cuuint64_t>(cols) * 2};
+  const cuuint32_t box[2] = {kBoxK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(data), dims, row_bytes, box,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    throw std::runtime_error("skinny stream GEMM: cuTensorMapEncodeTiled failed (CUresult " +
+                             std::to_string(static_cast<int>(r)) + ") for a [" +
+                             std::to_string(rows) + ", " + std::to_string(cols) + "] matrix");
+  }
+  return map;
+}
+
+}  // namespace
+
+bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w) {
+  return M >= 1 && M <= 8 && N >= kRows && N % kRows == 0 && K >= kStageK && K % kStageK == 0 &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, int K,
+                          cudaStream_t stream) {
+  if (!skinny_stream_supports(M, N, K, x, w)) {
+    throw std::invalid_argument(
+        "launch_skinny_stream: needs 1 <= M <= 8, N a multiple of " + std::to_string(kRows) +
+        ", K a multiple of " + std::to_string(kStageK) + " and 16-byte aligned x and w; got M=" +
+        std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+  }
+  const CUtensorMap w_map = tensor_map(w, N, K, kRows);
+  const CUtensorMap x_map = tensor_map(x, M, K, 8);
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(skinny_stream_kernel), kSharedBytes);
+  skinny_stream_kernel<<<N / kRows, 32 * (kConsumers + 1), kSharedBytes, stream>>>(
+      w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N, K);
+  cudaCheck(cudaGetLastError());
+}
+
+}  // namespace bih::cuda
