@@ -27,6 +27,7 @@
 #include "models/cuda/device_info.hpp"
 #include "models/cuda/device_math.cuh"
 #include "models/cuda/kernels.hpp"
+#include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
 namespace {
@@ -135,6 +136,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
                      int num_kv_heads, int head_dim, AttentionBatch batch, int n_heads, int group,
                      float scale, int vendor_splits, bool vector_copies, int keys_per_pass,
                      SplitTiles split_tiles, u16* out) {
+  ptx::allow_dependent_launch();  // the o_proj GEMM after it may stream its weights meanwhile
   extern __shared__ __align__(16) unsigned char attention_smem[];
   __shared__ __align__(16) float q_s[kMaxHeadDim];
   __shared__ size_t key_offset[kKeysPerPass];  // the pass's keys' row offsets in the pools

@@ -9,6 +9,7 @@
 
 #include "models/cuda/device_math.cuh"
 #include "models/cuda/kernels.hpp"
+#include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
 namespace {
@@ -30,6 +31,7 @@ constexpr int kElementThreads = 256;
 
 // grid-stride over M*I. gate_up: [M, 2I]; y: [M, I].
 __global__ void silu_mul_kernel(const u16* gate_up, u16* y, int64_t M, int64_t I) {
+  ptx::allow_dependent_launch();  // a GEMM after it may stream its weights meanwhile
   const int64_t total = M * I;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
@@ -43,6 +45,7 @@ __global__ void silu_mul_kernel(const u16* gate_up, u16* y, int64_t M, int64_t I
 
 // grid [M], block [kElementThreads]. table: [vocab, H]; ids: [M]; y: [M, H].
 __global__ void embedding_kernel(const u16* table, int vocab, const int32_t* ids, u16* y, int H) {
+  ptx::allow_dependent_launch();
   const int id = ids[blockIdx.x];
   u16* yr = y + static_cast<size_t>(blockIdx.x) * H;
   const bool valid = id >= 0 && id < vocab;

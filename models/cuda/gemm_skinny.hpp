@@ -34,7 +34,6 @@ bool skinny_gemm_supports(int M, int N, int K);
 void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
                         cudaStream_t stream);
 
-
 // The decode instance (gemm_skinny_stream.cu, sm_90): 1 <= M <= 8, N % 16 == 0, K % 256 == 0,
 // x and w 16-byte aligned.
 bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w);

@@ -94,17 +94,33 @@ __global__ void __launch_bounds__(32 * (kConsumers + 1))
 
   if (warp == kConsumers) {  // the producer
     if (lane == 0) {
-      for (int s = 0; s < stages; ++s) {
-        const int slot = s % kStages;
-        if (s >= kStages) mbarrier_wait(empty(slot), ((s / kStages) - 1) & 1);
-        mbarrier_arrive_expect_bytes(full(slot), kStageBytes);
-        const uint32_t stage = base + slot * kStageBytes;
+      auto copy = [&](int s, bool weights, bool tokens) {
+        const uint32_t stage = base + (s % kStages) * kStageBytes;
         for (int box = 0; box < kBoxes; ++box) {
           const int k0 = s * kStageK + box * kBoxK;
-          tensor_copy_2d(stage + box * kWeightBoxBytes, &w_map, k0, row0, full(slot));
-          tensor_copy_2d(stage + kBoxes * kWeightBoxBytes + box * kTokenBoxBytes, &x_map, k0, 0,
-                         full(slot));
+          if (weights)
+            tensor_copy_2d(stage + box * kWeightBoxBytes, &w_map, k0, row0, full(s % kStages));
+          if (tokens) {
+            tensor_copy_2d(stage + kBoxes * kWeightBoxBytes + box * kTokenBoxBytes, &x_map, k0, 0,
+                           full(s % kStages));
+          }
         }
+      };
+      // The weights do not depend on the kernels before this one: the first kStages stages of
+      // them are asked for before the wait for those kernels (launched with programmatic stream
+      // serialization, this runs while the previous kernel finishes), x only after it.
+      const int ahead = stages < kStages ? stages : kStages;
+      for (int s = 0; s < ahead; ++s) {
+        mbarrier_arrive_expect_bytes(full(s), kStageBytes);
+        copy(s, true, false);
+      }
+      ptx::wait_for_prerequisites();
+      for (int s = 0; s < ahead; ++s) copy(s, false, true);
+      for (int s = ahead; s < stages; ++s) {
+        const int slot = s % kStages;
+        mbarrier_wait(empty(slot), ((s / kStages) - 1) & 1);
+        mbarrier_arrive_expect_bytes(full(slot), kStageBytes);
+        copy(s, true, true);
       }
     }
     return;
@@ -187,17 +203,27 @@ bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w) {
 void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, int K,
                           cudaStream_t stream) {
   if (!skinny_stream_supports(M, N, K, x, w)) {
-    throw std::invalid_argument(
-        "launch_skinny_stream: needs 1 <= M <= 8, N a multiple of " + std::to_string(kRows) +
-        ", K a multiple of " + std::to_string(kStageK) + " and 16-byte aligned x and w; got M=" +
-        std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    throw std::invalid_argument("launch_skinny_stream: needs 1 <= M <= 8, N a multiple of " +
+                                std::to_string(kRows) + ", K a multiple of " +
+                                std::to_string(kStageK) +
+                                " and 16-byte aligned x and w; got M=" + std::to_string(M) +
+                                " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
   const CUtensorMap w_map = tensor_map(w, N, K, kRows);
   const CUtensorMap x_map = tensor_map(x, M, K, 8);
   allow_dynamic_shared_memory(reinterpret_cast<const void*>(skinny_stream_kernel), kSharedBytes);
-  skinny_stream_kernel<<<N / kRows, 32 * (kConsumers + 1), kSharedBytes, stream>>>(
-      w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N, K);
-  cudaCheck(cudaGetLastError());
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(N / kRows));
+  config.blockDim = dim3(32 * (kConsumers + 1));
+  config.dynamicSmemBytes = kSharedBytes;
+  config.stream = stream;
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  cudaCheck(cudaLaunchKernelEx(&config, skinny_stream_kernel, w_map, x_map,
+                               static_cast<__nv_bfloat16*>(y), M, N, K));
 }
 
 }  // namespace bih::cuda

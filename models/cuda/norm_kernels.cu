@@ -10,6 +10,7 @@
 
 #include "models/cuda/device_math.cuh"
 #include "models/cuda/kernels.hpp"
+#include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
 namespace {
@@ -35,6 +36,7 @@ using device::widen;
 // grid [M], block [kNormThreads]. x, y: [M, H]; w: [H].
 template <int kPerThread>
 __global__ void rms_norm_kernel(const u16* x, const u16* w, u16* y, int H, float eps) {
+  ptx::allow_dependent_launch();  // a GEMM after it may stream its weights meanwhile
   __shared__ float warp_sums[kNormThreads / 32];
   const u16* xr = x + static_cast<size_t>(blockIdx.x) * H;
   u16* yr = y + static_cast<size_t>(blockIdx.x) * H;
@@ -75,6 +77,7 @@ __global__ void rms_norm_kernel(const u16* x, const u16* w, u16* y, int H, float
 template <int kPerThread>
 __global__ void add_rms_norm_kernel(u16* residual, const u16* x, const u16* w, u16* y, int H,
                                     float eps) {
+  ptx::allow_dependent_launch();
   __shared__ float warp_sums[kNormThreads / 32];
   u16* rr = residual + static_cast<size_t>(blockIdx.x) * H;
   const u16* xr = x + static_cast<size_t>(blockIdx.x) * H;

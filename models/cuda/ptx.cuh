@@ -1,6 +1,6 @@
 // ptx.cuh: the inline PTX the own tensor-core GEMM kernels share (sm_80 mma.sync, ldmatrix,
-// cp.async; sm_90 mbarriers and the tensor copy engine), each wrapped once so a kernel reads as
-// what it does.
+// cp.async; sm_90 mbarriers, the tensor copy engine and programmatic dependent launch), each
+// wrapped once so a kernel reads as what it does.
 //
 // Shared-memory operands are 32-bit shared-window addresses (shared_address); offsets that are
 // template parameters become PTX immediates, so an unrolled loop does no address arithmetic.
@@ -99,6 +99,17 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void* map, in
       "{%2, %3}], [%4];\n" ::"r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
+}
+
+// Programmatic dependent launch (sm_90). A kernel launched with programmatic stream
+// serialization may start while the kernel before it on the stream still runs, once every CTA of
+// that one called allow_dependent_launch (or exited); it must call wait_for_prerequisites before
+// it touches anything the earlier kernels write (or read). Both are no-ops without the attribute.
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_prerequisites() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 }  // namespace bih::cuda::ptx

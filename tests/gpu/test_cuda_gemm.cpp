@@ -501,8 +501,8 @@ TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
   EXPECT_FALSE(bih::cuda::skinny_stream_supports(1, 16, 128, buffer.get(), buffer.get()));
   EXPECT_FALSE(bih::cuda::skinny_stream_supports(1, 8, 256, buffer.get(), buffer.get()));
   EXPECT_FALSE(bih::cuda::skinny_stream_supports(1, 16, 256, buffer.get() + 1, buffer.get()));
-  EXPECT_THROW(bih::cuda::launch_skinny_stream(buffer.get(), buffer.get(), buffer.get(), 1, 16,
-                                               384, nullptr),
+  EXPECT_THROW(bih::cuda::launch_skinny_stream(buffer.get(), buffer.get(), buffer.get(), 1, 16, 384,
+                                               nullptr),
                std::invalid_argument);
 }
 
