@@ -28,6 +28,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -40,7 +41,6 @@ namespace bih::cuda {
 namespace {
 
 constexpr int kConsumers = 2;  // warps of 8 weight rows per CTA
-constexpr int kStages = 4;     // ring slots
 constexpr int kBoxes = 4;      // 64-k boxes per stage: 16 k16 steps
 constexpr int kBoxK = 64;      // bf16 per box row: 128 bytes, the 128-byte swizzle's span
 constexpr int kStageK = kBoxK * kBoxes;
@@ -49,7 +49,10 @@ constexpr uint32_t kWeightBoxBytes = kRows * kBoxK * 2;
 constexpr uint32_t kTokenBoxBytes = 8 * kBoxK * 2;
 constexpr uint32_t kStageBytes = kBoxes * (kWeightBoxBytes + kTokenBoxBytes);
 // The swizzle repeats every 1024 bytes, and each box must start on such a boundary.
-constexpr size_t kSharedBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+template <int kStages>
+constexpr size_t shared_bytes() {
+  return 1024 + kStages * kStageBytes + 2 * kStages * 8;
+}
 static_assert(kWeightBoxBytes % 1024 == 0 && kTokenBoxBytes % 1024 == 0);
 
 using ptx::load_shared_8;
@@ -69,7 +72,8 @@ __device__ __forceinline__ void mma_chain_step(float (&acc)[4], uint2 a, uint2 b
 }
 
 // w_map: w [N, K] in boxes [kRows][64]; x_map: x [M, K] in boxes [8][64]; y: [M, N] bf16.
-// grid [N / kRows], block [32 (kConsumers + 1)], kSharedBytes of dynamic shared memory.
+// grid [N / kRows], block [32 (kConsumers + 1)], shared_bytes<kStages>() of dynamic shared memory.
+template <int kStages>
 __global__ void __launch_bounds__(32 * (kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
@@ -193,6 +197,26 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
   return map;
 }
 
+template <int kStages>
+void launch_ring(const CUtensorMap& w_map, const CUtensorMap& x_map, void* y, int M, int N, int K,
+                 cudaStream_t stream) {
+  constexpr size_t kSharedBytes = shared_bytes<kStages>();
+  auto* kernel = skinny_stream_kernel<kStages>;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kSharedBytes);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(N / kRows));
+  config.blockDim = dim3(32 * (kConsumers + 1));
+  config.dynamicSmemBytes = kSharedBytes;
+  config.stream = stream;
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early;
+  config.numAttrs = 1;
+  cudaCheck(
+      cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N, K));
+}
+
 }  // namespace
 
 bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w) {
@@ -211,19 +235,15 @@ void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, i
   }
   const CUtensorMap w_map = tensor_map(w, N, K, kRows);
   const CUtensorMap x_map = tensor_map(x, M, K, 8);
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(skinny_stream_kernel), kSharedBytes);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(N / kRows));
-  config.blockDim = dim3(32 * (kConsumers + 1));
-  config.dynamicSmemBytes = kSharedBytes;
-  config.stream = stream;
-  cudaLaunchAttribute early{};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &early;
-  config.numAttrs = 1;
-  cudaCheck(cudaLaunchKernelEx(&config, skinny_stream_kernel, w_map, x_map,
-                               static_cast<__nv_bfloat16*>(y), M, N, K));
+  static const int stages_env = [] {
+    const char* v = std::getenv("BIH_SKINNY_STREAM_STAGES");
+    return v != nullptr ? std::atoi(v) : 4;
+  }();
+  if (stages_env == 8) {
+    launch_ring<8>(w_map, x_map, y, M, N, K, stream);
+  } else {
+    launch_ring<4>(w_map, x_map, y, M, N, K, stream);
+  }
 }
 
 }  // namespace bih::cuda
