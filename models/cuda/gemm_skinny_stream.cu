@@ -6,10 +6,17 @@
 // 8 weight rows each plus one producer warp, whose lane 0 copies every stage (kBoxes boxes of
 // [8 kConsumers rows][64 k] of w, and the same k of x as [8 rows][64 k], token rows past M filled
 // with zeros by the copy engine) into a kStages ring with the 128-byte swizzle, counted on the
-// stage's "full" mbarrier. No thread spends registers or instructions on bytes in flight, so a
-// CTA keeps up to kStages stages (48 KiB) of its rows in flight. A consumer reads a whole stage's
-// fragment pieces with 8-byte shared loads, releases the slot on its "empty" mbarrier, then runs
-// the stage's 16 dependent mmas: one wait and one release per 16 steps.
+// stage's "full" mbarrier. No thread spends registers or instructions on bytes in flight. A
+// consumer reads a whole stage's fragment pieces with 8-byte shared loads, releases the slot on
+// its "empty" mbarrier, then runs the stage's dependent mmas: one wait and one release per 8 or
+// 16 chain steps (a step costs the mma's 25 cycles; a wait and the shared loads after it cost
+// about as much again, so stages of one box made the chain twice as slow).
+//
+// The kernel is launched with programmatic stream serialization: the weights depend on nothing
+// before it, so the producer asks for the ring's first kStages stages of them at once and only
+// then waits (griddepcontrol.wait) for the kernel before it, which writes x. The norms, SiLU-mul,
+// the row gather and attention let their dependents launch as they start, so a GEMM's first
+// 40-48 KiB a CTA stream in while the small kernel before it runs.
 //
 // Fragment pieces: lane (g, t) gives mma k {2t, 2t+1, 2t+8, 2t+9} of a k16 step of weight row
 // n0 + g (B) and token row g (A, rows g + 8 zero). It loads memory k 4t..4t+3 of the step into
@@ -28,7 +35,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -40,20 +46,29 @@
 namespace bih::cuda {
 namespace {
 
-constexpr int kConsumers = 2;  // warps of 8 weight rows per CTA
-constexpr int kBoxes = 4;      // 64-k boxes per stage: 16 k16 steps
-constexpr int kBoxK = 64;      // bf16 per box row: 128 bytes, the 128-byte swizzle's span
-constexpr int kStageK = kBoxK * kBoxes;
-constexpr int kRows = 8 * kConsumers;
-constexpr uint32_t kWeightBoxBytes = kRows * kBoxK * 2;
-constexpr uint32_t kTokenBoxBytes = 8 * kBoxK * 2;
-constexpr uint32_t kStageBytes = kBoxes * (kWeightBoxBytes + kTokenBoxBytes);
-// The swizzle repeats every 1024 bytes, and each box must start on such a boundary.
-template <int kStages>
-constexpr size_t shared_bytes() {
-  return 1024 + kStages * kStageBytes + 2 * kStages * 8;
-}
-static_assert(kWeightBoxBytes % 1024 == 0 && kTokenBoxBytes % 1024 == 0);
+constexpr int kBoxK = 64;  // bf16 per box row: 128 bytes, the 128-byte swizzle's span
+
+// One instance's ring: kConsumers warps of 8 weight rows per CTA, kStages slots of kBoxes boxes.
+template <int kConsumersT, int kStagesT, int kBoxesT>
+struct Ring {
+  static constexpr int kConsumers = kConsumersT;
+  static constexpr int kStages = kStagesT;
+  static constexpr int kBoxes = kBoxesT;
+  static constexpr int kRows = 8 * kConsumers;
+  static constexpr int kStageK = kBoxK * kBoxes;
+  static constexpr uint32_t kWeightBoxBytes = kRows * kBoxK * 2;
+  static constexpr uint32_t kTokenBoxBytes = 8 * kBoxK * 2;
+  static constexpr uint32_t kStageBytes = kBoxes * (kWeightBoxBytes + kTokenBoxBytes);
+  // The swizzle repeats every 1024 bytes, and each box must start on such a boundary.
+  static constexpr size_t kSharedBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+  static_assert(kWeightBoxBytes % 1024 == 0 && kTokenBoxBytes % 1024 == 0);
+};
+// 16 rows, 4 stages of 256 k (49 KiB): 4 CTAs an SM, one wait per 16 chain steps.
+using DecodeRing = Ring<2, 4, 4>;
+// For weights of more than 4 CTAs an SM of DecodeRing (gate_up, lm_head): 32 rows, 4 stages of
+// 128 k (41 KiB), 5 CTAs an SM; with DecodeRing, gate_up's 768 CTAs took 1.45 waves and 7% longer
+// than cuBLAS (reports/gpu/decode-chain-2026-12-06, calls 5 and 6).
+using WideRing = Ring<4, 4, 2>;
 
 using ptx::load_shared_8;
 using ptx::mbarrier_arrive;
@@ -72,12 +87,20 @@ __device__ __forceinline__ void mma_chain_step(float (&acc)[4], uint2 a, uint2 b
 }
 
 // w_map: w [N, K] in boxes [kRows][64]; x_map: x [M, K] in boxes [8][64]; y: [M, N] bf16.
-// grid [N / kRows], block [32 (kConsumers + 1)], shared_bytes<kStages>() of dynamic shared memory.
-template <int kStages>
-__global__ void __launch_bounds__(32 * (kConsumers + 1))
+// grid [N / kRows], block [32 (kConsumers + 1)], kSharedBytes of dynamic shared memory.
+template <class R>
+__global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
                          int M, int N, int K) {
+  constexpr int kConsumers = R::kConsumers;
+  constexpr int kStages = R::kStages;
+  constexpr int kBoxes = R::kBoxes;
+  constexpr int kRows = R::kRows;
+  constexpr int kStageK = R::kStageK;
+  constexpr uint32_t kWeightBoxBytes = R::kWeightBoxBytes;
+  constexpr uint32_t kTokenBoxBytes = R::kTokenBoxBytes;
+  constexpr uint32_t kStageBytes = R::kStageBytes;
   extern __shared__ unsigned char shared_raw[];
   const uint32_t base = (ptx::shared_address(shared_raw) + 1023u) & ~1023u;
   const uint32_t bars = base + kStages * kStageBytes;
@@ -197,16 +220,16 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
   return map;
 }
 
-template <int kStages>
-void launch_ring(const CUtensorMap& w_map, const CUtensorMap& x_map, void* y, int M, int N, int K,
-                 cudaStream_t stream) {
-  constexpr size_t kSharedBytes = shared_bytes<kStages>();
-  auto* kernel = skinny_stream_kernel<kStages>;
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), kSharedBytes);
+template <class R>
+void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream) {
+  const CUtensorMap w_map = tensor_map(w, N, K, R::kRows);
+  const CUtensorMap x_map = tensor_map(x, M, K, 8);
+  auto* kernel = skinny_stream_kernel<R>;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), R::kSharedBytes);
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(N / kRows));
-  config.blockDim = dim3(32 * (kConsumers + 1));
-  config.dynamicSmemBytes = kSharedBytes;
+  config.gridDim = dim3(static_cast<unsigned>(N / R::kRows));
+  config.blockDim = dim3(32 * (R::kConsumers + 1));
+  config.dynamicSmemBytes = R::kSharedBytes;
   config.stream = stream;
   cudaLaunchAttribute early{};
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -220,7 +243,8 @@ void launch_ring(const CUtensorMap& w_map, const CUtensorMap& x_map, void* y, in
 }  // namespace
 
 bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w) {
-  return M >= 1 && M <= 8 && N >= kRows && N % kRows == 0 && K >= kStageK && K % kStageK == 0 &&
+  return M >= 1 && M <= 8 && N >= DecodeRing::kRows && N % DecodeRing::kRows == 0 &&
+         K >= DecodeRing::kStageK && K % DecodeRing::kStageK == 0 &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
@@ -228,21 +252,16 @@ void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, i
                           cudaStream_t stream) {
   if (!skinny_stream_supports(M, N, K, x, w)) {
     throw std::invalid_argument("launch_skinny_stream: needs 1 <= M <= 8, N a multiple of " +
-                                std::to_string(kRows) + ", K a multiple of " +
-                                std::to_string(kStageK) +
+                                std::to_string(DecodeRing::kRows) + ", K a multiple of " +
+                                std::to_string(DecodeRing::kStageK) +
                                 " and 16-byte aligned x and w; got M=" + std::to_string(M) +
                                 " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
-  const CUtensorMap w_map = tensor_map(w, N, K, kRows);
-  const CUtensorMap x_map = tensor_map(x, M, K, 8);
-  static const int stages_env = [] {
-    const char* v = std::getenv("BIH_SKINNY_STREAM_STAGES");
-    return v != nullptr ? std::atoi(v) : 4;
-  }();
-  if (stages_env == 8) {
-    launch_ring<8>(w_map, x_map, y, M, N, K, stream);
+  const bool wide = N / DecodeRing::kRows > 4 * multiprocessor_count() && N % WideRing::kRows == 0;
+  if (wide) {
+    launch_ring<WideRing>(x, w, y, M, N, K, stream);
   } else {
-    launch_ring<4>(w_map, x_map, y, M, N, K, stream);
+    launch_ring<DecodeRing>(x, w, y, M, N, K, stream);
   }
 }
 
