@@ -35,6 +35,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -220,6 +221,17 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
   return map;
 }
 
+// BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
+// kernel is then a no-op): a diagnostic for the matrix failure of
+// reports/gpu/decode-chain-2026-12-06.
+bool programmatic_launch() {
+  static const bool on = [] {
+    const char* v = std::getenv("BIH_GEMM_SKINNY_PDL");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return on;
+}
+
 template <class R>
 void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream) {
   const CUtensorMap w_map = tensor_map(w, N, K, R::kRows);
@@ -235,7 +247,7 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
-  config.numAttrs = 1;
+  config.numAttrs = programmatic_launch() ? 1 : 0;
   cudaCheck(
       cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N, K));
 }
