@@ -26,6 +26,10 @@
 // measured on H100 (0 of 1.5 million outputs differ from cuBLAS, reports/gpu/decode-chain-
 // 2026-12-06), and CudaGemm proves it per shape (gemm_equivalence.hpp) before the kernel serves.
 //
+// Off by default (CudaGemmOptions::skinny_max_m): serving M <= 8 in the GPU issue matrix it made
+// TP=4 emulated cells batch_variant, by amounts that differ from run to run, which neither its
+// tests nor a single-request replay reproduce (reports/gpu/decode-chain-2026-12-06, calls 10-11).
+//
 // Measured against plain register loads (no better than cuBLAS), a per-lane cp.async ring and one
 // box per stage (reports/gpu/decode-chain-2026-12-06): a chain step costs the mma's 25 cycles
 // plus the stage's wait and shared loads, so fewer, larger stages were the gain.
