@@ -506,6 +506,78 @@ TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
                std::invalid_argument);
 }
 
+// Many launches of the stream instance at once, from one host thread and one stream each, every
+// thread with its own operands and M: each output equals that thread's launch alone, bitwise. In
+// the GPU matrix (reports/gpu/decode-chain-2026-12-06, calls 10-11) the engine with the instance
+// serving M <= 8 was nondeterministic with 16 streams launching it; this isolates the kernel from
+// the engine (both rings: the TP=4 lm_head shard takes the wide one).
+TEST(CudaGemm, SkinnyStreamLaunchesOnManyStreamsKeepTheirOwnBits) {
+  BIH_SKIP_WITHOUT_GPU();
+  int device = 0;
+  int major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 6;
+  struct StreamShape {
+    const char* name;
+    int N, K;
+  };
+  for (const StreamShape& s : {StreamShape{"o_proj/tp4", 2048, 512}, StreamShape{"qkv", 4096, 2048},
+                               StreamShape{"lm_head/tp4", 37984, 2048}}) {
+    std::vector<std::unique_ptr<DeviceBuffer<bf16>>> x, w, alone, out;
+    for (int i = 0; i < kThreads; ++i) {
+      x.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(8) * s.K));
+      w.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(s.N) * s.K));
+      alone.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(8) * s.N));
+      out.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(kRounds) * 8 * s.N));
+      bih::cuda::fill_order_sensitive_operands(x[i]->get(), 8, w[i]->get(), s.N, s.K, 20261206 + i,
+                                               nullptr);
+    }
+    auto m_of = [](int i) { return 1 + i % 8; };
+    for (int i = 0; i < kThreads; ++i) {
+      bih::cuda::launch_skinny_stream(x[i]->get(), w[i]->get(), alone[i]->get(), m_of(i), s.N, s.K,
+                                      nullptr);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<std::thread> threads;
+    std::vector<std::string> errors(kThreads);
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&, i] {
+        try {
+          cudaStream_t stream = nullptr;
+          if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+            errors[i] = "cudaStreamCreateWithFlags failed";
+            return;
+          }
+          for (int round = 0; round < kRounds; ++round) {
+            bih::cuda::launch_skinny_stream(x[i]->get(), w[i]->get(),
+                                            out[i]->get() + static_cast<size_t>(round) * 8 * s.N,
+                                            m_of(i), s.N, s.K, stream);
+          }
+          if (cudaStreamSynchronize(stream) != cudaSuccess) errors[i] = "stream failed";
+          cudaStreamDestroy(stream);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int i = 0; i < kThreads; ++i) {
+      ASSERT_EQ(errors[i], "") << s.name << " thread " << i;
+      for (int round = 0; round < kRounds; ++round) {
+        const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
+            out[i]->get() + static_cast<size_t>(round) * 8 * s.N, alone[i]->get(),
+            static_cast<size_t>(m_of(i)) * s.N, nullptr);
+        EXPECT_EQ(d.count, 0u) << s.name << " thread " << i << " (M=" << m_of(i) << ") round "
+                               << round << ": first at row " << d.first / s.N << " col "
+                               << d.first % s.N;
+      }
+    }
+  }
+}
+
 TEST(CudaGemm, VendorDownProjectionRowDependsOnTheBatch) {
   BIH_SKIP_WITHOUT_GPU();
   CudaGemm gemm;
