@@ -83,12 +83,10 @@ using ptx::mbarrier_init_fence;
 using ptx::mbarrier_wait;
 using ptx::tensor_copy_2d;
 
+// One k16 step of a chain for token rows 0..7 (the m16 tile's rows 8..15 are zero).
 __device__ __forceinline__ void mma_chain_step(float (&acc)[4], uint2 a, uint2 b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
-      : "r"(a.x), "r"(0u), "r"(a.y), "r"(0u), "r"(b.x), "r"(b.y));
+  const uint32_t a_fragment[4] = {a.x, 0u, a.y, 0u};
+  ptx::mma_bf16_16816(acc, a_fragment, b.x, b.y);
 }
 
 // w_map: w [N, K] in boxes [kRows][64]; x_map: x [M, K] in boxes [8][64]; y: [M, N] bf16.
