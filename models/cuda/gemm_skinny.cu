@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -218,23 +219,40 @@ bool skinny_gemm_supports(int M, int N, int K) {
          K % kChunk == 0;
 }
 
-void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
-                        cudaStream_t stream) {
+void launch_skinny_registers(const void* x, const void* w, void* y, int M, int N, int K,
+                             cudaStream_t stream) {
   if (!skinny_gemm_supports(M, N, K)) {
     throw std::invalid_argument(
         "launch_skinny_gemm: needs 1 <= M <= " + std::to_string(kSkinnyMaxM) +
         ", N a multiple of 8 and K a multiple of 128; got M=" + std::to_string(M) +
         " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
-  if (skinny_stream_supports(M, N, K, x, w)) {
-    launch_skinny_stream(x, w, y, M, N, K, stream);
-  } else if (M <= 8) {
+  if (M <= 8) {
     launch<8, 8>(x, w, y, M, N, K, stream);
   } else if (M <= 16) {
     launch<16, 6>(x, w, y, M, N, K, stream);
   } else {
     launch<32, 4>(x, w, y, M, N, K, stream);
   }
+}
+
+void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
+                        cudaStream_t stream) {
+  // BIH_GEMM_SKINNY_STREAM=0 (a diagnostic, reports/gpu/decode-chain-2026-12-06): the register
+  // instance serves every M.
+  static const bool stream_instance = [] {
+    const char* v = std::getenv("BIH_GEMM_SKINNY_STREAM");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (stream_instance && skinny_gemm_supports(M, N, K) && skinny_stream_supports(M, N, K, x, w)) {
+    if (skinny_verify_on()) {
+      launch_skinny_stream_verified(x, w, y, M, N, K, stream);
+    } else {
+      launch_skinny_stream(x, w, y, M, N, K, stream);
+    }
+    return;
+  }
+  launch_skinny_registers(x, w, y, M, N, K, stream);
 }
 
 }  // namespace bih::cuda

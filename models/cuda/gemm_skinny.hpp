@@ -34,10 +34,21 @@ bool skinny_gemm_supports(int M, int N, int K);
 void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
                         cudaStream_t stream);
 
+// The register instance alone (gemm_skinny.cu: cp.async into shared memory, ldmatrix), at any M
+// the kernel takes.
+void launch_skinny_registers(const void* x, const void* w, void* y, int M, int N, int K,
+                             cudaStream_t stream);
+
 // The decode instance (gemm_skinny_stream.cu, sm_90): 1 <= M <= 8, N % 16 == 0, K % 256 == 0,
 // x and w 16-byte aligned.
 bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w);
 void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, int K,
                           cudaStream_t stream);
+
+// BIH_GEMM_SKINNY_VERIFY=1 (gemm_skinny_verify.cu, a diagnostic): each stream-instance launch
+// is checked against the register instance before and after it, counts on stderr.
+bool skinny_verify_on();
+void launch_skinny_stream_verified(const void* x, const void* w, void* y, int M, int N, int K,
+                                   cudaStream_t stream);
 
 }  // namespace bih::cuda

@@ -95,7 +95,7 @@ template <class R>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
-                         int M, int N, int K) {
+                         int M, int N, int K, int proxy_fence) {
   constexpr int kConsumers = R::kConsumers;
   constexpr int kStages = R::kStages;
   constexpr int kBoxes = R::kBoxes;
@@ -175,6 +175,9 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
       a[j] = load_shared_8(stage + kBoxes * kWeightBoxBytes + (j / 4) * kTokenBoxBytes + token_row +
                            piece);
     }
+    // BIH_GEMM_SKINNY_FENCE=1 (a diagnostic): order this warp's generic-proxy reads of the slot
+    // before the tensor copy engine's next writes to it with a proxy fence.
+    if (proxy_fence) ptx::fence_proxy_async_shared();
     __syncwarp();
     if (lane == 0) mbarrier_arrive(empty(slot));
 #pragma unroll
@@ -223,15 +226,26 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
   return map;
 }
 
+// Diagnostics for the matrix failure of reports/gpu/decode-chain-2026-12-06, read once:
 // BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
-// kernel is then a no-op): a diagnostic for the matrix failure of
-// reports/gpu/decode-chain-2026-12-06.
-bool programmatic_launch() {
-  static const bool on = [] {
-    const char* v = std::getenv("BIH_GEMM_SKINNY_PDL");
-    return v == nullptr || std::string(v) != "0";
+// kernel is then a no-op); BIH_GEMM_SKINNY_RING=decode or wide serves every shape with that ring;
+// BIH_GEMM_SKINNY_FENCE=1 puts a proxy fence before each slot's release.
+struct StreamDiagnostics {
+  bool programmatic_launch = true;
+  std::string ring = "auto";
+  bool proxy_fence = false;
+};
+const StreamDiagnostics& diagnostics() {
+  static const StreamDiagnostics d = [] {
+    StreamDiagnostics r;
+    const char* pdl = std::getenv("BIH_GEMM_SKINNY_PDL");
+    r.programmatic_launch = pdl == nullptr || std::string(pdl) != "0";
+    if (const char* ring = std::getenv("BIH_GEMM_SKINNY_RING")) r.ring = ring;
+    const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
+    r.proxy_fence = fence != nullptr && std::string(fence) == "1";
+    return r;
   }();
-  return on;
+  return d;
 }
 
 template <class R>
@@ -249,9 +263,9 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   early.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &early;
-  config.numAttrs = programmatic_launch() ? 1 : 0;
-  cudaCheck(
-      cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N, K));
+  config.numAttrs = diagnostics().programmatic_launch ? 1 : 0;
+  cudaCheck(cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N,
+                               K, diagnostics().proxy_fence ? 1 : 0));
 }
 
 }  // namespace
@@ -271,7 +285,12 @@ void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, i
                                 " and 16-byte aligned x and w; got M=" + std::to_string(M) +
                                 " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
-  const bool wide = N / DecodeRing::kRows > 4 * multiprocessor_count() && N % WideRing::kRows == 0;
+  const std::string& ring = diagnostics().ring;
+  const bool fits_wide = N % WideRing::kRows == 0 && K % WideRing::kStageK == 0;
+  const bool wide = ring == "wide" ? fits_wide
+                    : ring == "decode"
+                        ? false
+                        : N / DecodeRing::kRows > 4 * multiprocessor_count() && fits_wide;
   if (wide) {
     launch_ring<WideRing>(x, w, y, M, N, K, stream);
   } else {

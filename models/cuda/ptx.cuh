@@ -101,6 +101,12 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void* map, in
       : "memory");
 }
 
+// Orders this thread's earlier generic-proxy accesses to shared memory with later async-proxy
+// (tensor copy engine) accesses, and the other way round.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // Programmatic dependent launch (sm_90). A kernel launched with programmatic stream
 // serialization may start while the kernel before it on the stream still runs, once every CTA of
 // that one called allow_dependent_launch (or exited); it must call wait_for_prerequisites before
