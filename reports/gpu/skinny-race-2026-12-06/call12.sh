@@ -19,10 +19,12 @@ LOG="$OUT/call12-cells.txt"
 : >"$LOG"
 run() {  # label, then env assignments and bih arguments
   local label=$1; shift
-  local envs=() args=()
-  for a in "$@"; do case $a in BIH_*=*) envs+=("$a") ;; *) args+=("$a") ;; esac; done
+  local envs=() args=() file=scenarios/issue-56370-gpu.json
+  for a in "$@"; do
+    case $a in BIH_*=*) envs+=("$a") ;; FILE=*) file=${a#FILE=} ;; *) args+=("$a") ;; esac
+  done
   local t0=$(date +%s)
-  env "${envs[@]}" build-device/bih run scenarios/issue-56370-gpu.json "${args[@]}" \
+  env "${envs[@]}" build-device/bih run "$file" "${args[@]}" \
     --out "/tmp/r-$label" >/tmp/cell.txt 2>&1
   local rc=$?
   { echo "=== $label: ${envs[*]} ${args[*]} (exit $rc, $(( $(date +%s) - t0 )) s)"; cat /tmp/cell.txt
@@ -38,7 +40,6 @@ run fence     BIH_GEMM_SKINNY_MAX_M=8 BIH_GEMM_SKINNY_FENCE=1 --only "$CELL"
 run verify    BIH_GEMM_SKINNY_MAX_M=8 BIH_GEMM_SKINNY_VERIFY=1 --only "$CELL"
 run lanes1    BIH_GEMM_SKINNY_MAX_M=8 --set plan.solo_lanes=1 --only "$CELL"
 run m1        BIH_GEMM_SKINNY_MAX_M=1 --only "$CELL"
-run tp1       BIH_GEMM_SKINNY_MAX_M=8 --set parallel.tp=1 \
-  --only 'tp=1,sp=off,ar=tree,rs=ring,graph=none,prefix=off,kernels=invariant*'
+run tp1       BIH_GEMM_SKINNY_MAX_M=8 FILE=reports/gpu/skinny-race-2026-12-06/tp1-invariant.json
 run registers-b BIH_GEMM_SKINNY_MAX_M=8 BIH_GEMM_SKINNY_STREAM=0 --only "$CELL"
 run on-b      BIH_GEMM_SKINNY_MAX_M=8 --only "$CELL"
