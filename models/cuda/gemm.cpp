@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <stdexcept>
@@ -121,16 +120,6 @@ CudaGemm::CudaGemm(CudaGemmOptions options) : impl_(std::make_unique<Impl>()) {
   }
   if (const char* skinny = std::getenv("BIH_GEMM_SKINNY_MAX_M")) {
     options.skinny_max_m = std::atoi(skinny);
-    static std::once_flag warned;
-    if (options.skinny_max_m > 0) {
-      std::call_once(warned, [] {
-        std::fprintf(stderr,
-                     "bih: BIH_GEMM_SKINNY_MAX_M turns on the own skinny GEMM for decode bands; "
-                     "its stream instance made invariant TP=4 scenarios batch_variant in the GPU "
-                     "matrix (reports/gpu/decode-chain-2026-12-06): for measurements, not for "
-                     "verdicts\n");
-      });
-    }
   }
   impl_->bands = resolve_bands(options);
   impl_->options = std::move(options);

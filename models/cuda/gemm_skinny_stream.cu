@@ -26,9 +26,11 @@
 // measured on H100 (0 of 1.5 million outputs differ from cuBLAS, reports/gpu/decode-chain-
 // 2026-12-06), and CudaGemm proves it per shape (gemm_equivalence.hpp) before the kernel serves.
 //
-// Off by default (CudaGemmOptions::skinny_max_m): serving M <= 8 in the GPU issue matrix it made
-// TP=4 emulated cells batch_variant, by amounts that differ from run to run, which neither its
-// tests nor a single-request replay reproduce (reports/gpu/decode-chain-2026-12-06, calls 10-11).
+// A consumer fences the async proxy after its shared loads and before it releases the slot: the
+// mbarrier orders generic-proxy accesses only, and without the fence the copy engine's next write
+// into the slot now and then overtook a warp's loads under many concurrent grids; the GPU matrix
+// caught it as batch-variant bits (reports/gpu/decode-chain-2026-12-06, calls 10-11; found and
+// fixed in reports/gpu/skinny-race-2026-12-06).
 //
 // Measured against plain register loads (no better than cuBLAS), a per-lane cp.async ring and one
 // box per stage (reports/gpu/decode-chain-2026-12-06): a chain step costs the mma's 25 cycles
@@ -175,8 +177,11 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
       a[j] = load_shared_8(stage + kBoxes * kWeightBoxBytes + (j / 4) * kTokenBoxBytes + token_row +
                            piece);
     }
-    // BIH_GEMM_SKINNY_FENCE=1 (a diagnostic): order this warp's generic-proxy reads of the slot
-    // before the tensor copy engine's next writes to it with a proxy fence.
+    // The shared loads above are generic-proxy reads; the producer's next copy into this slot is
+    // an async-proxy write, which the mbarrier's release and acquire do not order after them.
+    // Without this fence, under many concurrent grids the copy engine now and then overwrote a
+    // slot before a warp's loads had read it: 156 of 5.4e8 outputs differed in the GPU matrix
+    // (reports/gpu/skinny-race-2026-12-06). BIH_GEMM_SKINNY_FENCE=0 drops it, to reproduce that.
     if (proxy_fence) ptx::fence_proxy_async_shared();
     __syncwarp();
     if (lane == 0) mbarrier_arrive(empty(slot));
@@ -229,11 +234,11 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
 // Diagnostics for the matrix failure of reports/gpu/decode-chain-2026-12-06, read once:
 // BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
 // kernel is then a no-op); BIH_GEMM_SKINNY_RING=decode or wide serves every shape with that ring;
-// BIH_GEMM_SKINNY_FENCE=1 puts a proxy fence before each slot's release.
+// BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before each slot's release (the race it closed).
 struct StreamDiagnostics {
   bool programmatic_launch = true;
   std::string ring = "auto";
-  bool proxy_fence = false;
+  bool proxy_fence = true;
 };
 const StreamDiagnostics& diagnostics() {
   static const StreamDiagnostics d = [] {
@@ -242,7 +247,7 @@ const StreamDiagnostics& diagnostics() {
     r.programmatic_launch = pdl == nullptr || std::string(pdl) != "0";
     if (const char* ring = std::getenv("BIH_GEMM_SKINNY_RING")) r.ring = ring;
     const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
-    r.proxy_fence = fence != nullptr && std::string(fence) == "1";
+    r.proxy_fence = fence == nullptr || std::string(fence) != "0";
     return r;
   }();
   return d;

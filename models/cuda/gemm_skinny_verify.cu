@@ -82,8 +82,10 @@ struct Verifier {
                  "differed from its twin, %llu where the operands changed during the GEMM",
                  when, launches, s, r);
     if (c->recorded) {
-      std::fprintf(stderr, "; first at M=%d N=%d K=%d element %llu: stream 0x%04x, before 0x%04x, "
-                   "after 0x%04x", c->m, c->n, c->k, c->index, c->got, c->want, c->after);
+      std::fprintf(stderr,
+                   "; first at M=%d N=%d K=%d element %llu: stream 0x%04x, before 0x%04x, "
+                   "after 0x%04x",
+                   c->m, c->n, c->k, c->index, c->got, c->want, c->after);
     }
     std::fprintf(stderr, "\n");
   }
@@ -123,10 +125,9 @@ void launch_skinny_stream_verified(const void* x, const void* w, void* y, int M,
   launch_skinny_registers(x, w, before, M, N, K, stream);
   launch_skinny_stream(x, w, y, M, N, K, stream);
   launch_skinny_registers(x, w, after, M, N, K, stream);
-  compare_kernel<<<256, 256, 0, stream>>>(static_cast<const uint16_t*>(y),
-                                          static_cast<const uint16_t*>(before),
-                                          static_cast<const uint16_t*>(after), count, v.device, M,
-                                          N, K);
+  compare_kernel<<<256, 256, 0, stream>>>(
+      static_cast<const uint16_t*>(y), static_cast<const uint16_t*>(before),
+      static_cast<const uint16_t*>(after), count, v.device, M, N, K);
   cudaCheck(cudaGetLastError());
   cudaCheck(cudaFreeAsync(before, stream));
   cudaCheck(cudaFreeAsync(after, stream));

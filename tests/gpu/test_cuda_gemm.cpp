@@ -511,71 +511,107 @@ TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
 // the GPU matrix (reports/gpu/decode-chain-2026-12-06, calls 10-11) the engine with the instance
 // serving M <= 8 was nondeterministic with 16 streams launching it; this isolates the kernel from
 // the engine (both rings: the TP=4 lm_head shard takes the wide one).
-TEST(CudaGemm, SkinnyStreamLaunchesOnManyStreamsKeepTheirOwnBits) {
+// The stream instance under the load that broke it in the engine (reports/gpu/skinny-race-
+// 2026-12-06): many streams launching it at once, thousands of launches, every output compared with
+// the register instance's on the same operands. Without the proxy fence before a slot's release
+// (BIH_GEMM_SKINNY_FENCE=0), the tensor copy engine could overwrite a slot that a consumer warp's
+// shared loads had not read yet: 156 of 5.4e8 engine outputs differed.
+TEST(CudaGemm, SkinnyStreamUnderConcurrentLoadKeepsTheRegisterInstanceBits) {
   BIH_SKIP_WITHOUT_GPU();
   int device = 0;
   int major = 0;
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
   if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
-  constexpr int kThreads = 8;
-  constexpr int kRounds = 6;
+  constexpr int kThreads = 16;
+  constexpr int kRounds = 250;
   struct StreamShape {
     const char* name;
     int N, K;
   };
-  for (const StreamShape& s : {StreamShape{"o_proj/tp4", 2048, 512}, StreamShape{"qkv", 4096, 2048},
-                               StreamShape{"lm_head/tp4", 37984, 2048}}) {
-    std::vector<std::unique_ptr<DeviceBuffer<bf16>>> x, w, alone, out;
+  // One rank's shapes at TP=4 (lm_head takes the wide ring) and qkv at TP=1.
+  const std::vector<StreamShape> shapes = {{"o_proj/tp4", 2048, 512},
+                                           {"down/tp4", 2048, 1536},
+                                           {"qkv/tp1", 4096, 2048},
+                                           {"lm_head/tp4", 37984, 2048}};
+  constexpr int kMaxK = 2048;
+  auto m_of = [](int thread) { return 1 + thread % 8; };
+  std::vector<std::unique_ptr<DeviceBuffer<bf16>>> w;
+  std::vector<std::vector<std::unique_ptr<DeviceBuffer<bf16>>>> x(shapes.size()),
+      alone(shapes.size());
+  DeviceBuffer<bf16> other_draw(static_cast<size_t>(shapes.back().N) * kMaxK);
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    w.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(shapes[s].N) * kMaxK));
     for (int i = 0; i < kThreads; ++i) {
-      x.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(8) * s.K));
-      w.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(s.N) * s.K));
-      alone.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(8) * s.N));
-      out.push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(kRounds) * 8 * s.N));
-      bih::cuda::fill_order_sensitive_operands(x[i]->get(), 8, w[i]->get(), s.N, s.K, 20261206 + i,
-                                               nullptr);
+      x[s].push_back(std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(8) * kMaxK));
+      alone[s].push_back(
+          std::make_unique<DeviceBuffer<bf16>>(static_cast<size_t>(8) * shapes[s].N));
+      // Thread i's tokens; the weights are thread 0's draw, shared by every thread.
+      bih::cuda::fill_order_sensitive_operands(x[s][i]->get(), 8,
+                                               i == 0 ? w[s]->get() : other_draw.get(), shapes[s].N,
+                                               shapes[s].K, 20261206 + 97 * i + s, nullptr);
     }
-    auto m_of = [](int i) { return 1 + i % 8; };
     for (int i = 0; i < kThreads; ++i) {
-      bih::cuda::launch_skinny_stream(x[i]->get(), w[i]->get(), alone[i]->get(), m_of(i), s.N, s.K,
-                                      nullptr);
-    }
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    std::vector<std::thread> threads;
-    std::vector<std::string> errors(kThreads);
-    for (int i = 0; i < kThreads; ++i) {
-      threads.emplace_back([&, i] {
-        try {
-          cudaStream_t stream = nullptr;
-          if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
-            errors[i] = "cudaStreamCreateWithFlags failed";
-            return;
-          }
-          for (int round = 0; round < kRounds; ++round) {
-            bih::cuda::launch_skinny_stream(x[i]->get(), w[i]->get(),
-                                            out[i]->get() + static_cast<size_t>(round) * 8 * s.N,
-                                            m_of(i), s.N, s.K, stream);
-          }
-          if (cudaStreamSynchronize(stream) != cudaSuccess) errors[i] = "stream failed";
-          cudaStreamDestroy(stream);
-        } catch (const std::exception& e) {
-          errors[i] = e.what();
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    for (int i = 0; i < kThreads; ++i) {
-      ASSERT_EQ(errors[i], "") << s.name << " thread " << i;
-      for (int round = 0; round < kRounds; ++round) {
-        const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
-            out[i]->get() + static_cast<size_t>(round) * 8 * s.N, alone[i]->get(),
-            static_cast<size_t>(m_of(i)) * s.N, nullptr);
-        EXPECT_EQ(d.count, 0u) << s.name << " thread " << i << " (M=" << m_of(i) << ") round "
-                               << round << ": first at row " << d.first / s.N << " col "
-                               << d.first % s.N;
-      }
+      bih::cuda::launch_skinny_registers(x[s][i]->get(), w[s]->get(), alone[s][i]->get(), m_of(i),
+                                         shapes[s].N, shapes[s].K, nullptr);
     }
   }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  // [thread][shape]: count, first (launch_count_bit_differences accumulates over the rounds).
+  DeviceBuffer<uint64_t> counters(static_cast<size_t>(kThreads) * shapes.size() * 2);
+  std::vector<uint64_t> initial(counters.size());
+  for (size_t c = 0; c < initial.size(); ++c) initial[c] = c % 2 == 0 ? 0 : UINT64_MAX;
+  ASSERT_EQ(cudaMemcpy(counters.get(), initial.data(), initial.size() * sizeof(uint64_t),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kThreads);
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      cudaStream_t stream = nullptr;
+      try {
+        if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+          errors[i] = "cudaStreamCreateWithFlags failed";
+          return;
+        }
+        DeviceBuffer<bf16> y(static_cast<size_t>(8) * shapes.back().N);
+        for (int round = 0; round < kRounds; ++round) {
+          for (size_t s = 0; s < shapes.size(); ++s) {
+            const size_t n = static_cast<size_t>(m_of(i)) * shapes[s].N;
+            bih::cuda::launch_skinny_stream(x[s][i]->get(), w[s]->get(), y.get(), m_of(i),
+                                            shapes[s].N, shapes[s].K, stream);
+            uint64_t* c = counters.get() + (static_cast<size_t>(i) * shapes.size() + s) * 2;
+            bih::cuda::launch_count_bit_differences(y.get(), alone[s][i]->get(), n, c, c + 1,
+                                                    stream);
+          }
+        }
+        if (cudaStreamSynchronize(stream) != cudaSuccess) errors[i] = "stream failed";
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+      if (stream != nullptr) cudaStreamDestroy(stream);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i) ASSERT_EQ(errors[i], "") << "thread " << i;
+  std::vector<uint64_t> result(counters.size());
+  ASSERT_EQ(cudaMemcpy(result.data(), counters.get(), result.size() * sizeof(uint64_t),
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  uint64_t total = 0;
+  for (int i = 0; i < kThreads; ++i) {
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      const uint64_t count = result[(i * shapes.size() + s) * 2];
+      const uint64_t first = result[(i * shapes.size() + s) * 2 + 1];
+      total += count;
+      EXPECT_EQ(count, 0u) << shapes[s].name << " thread " << i << " (M=" << m_of(i) << "): over "
+                           << kRounds << " launches, first at row " << first / shapes[s].N
+                           << " col " << first % shapes[s].N;
+    }
+  }
+  std::cout << "[skinny stream] " << kThreads * kRounds * shapes.size() << " launches on "
+            << kThreads << " streams: " << total
+            << " output elements differed from the register instance\n";
 }
 
 TEST(CudaGemm, VendorDownProjectionRowDependsOnTheBatch) {
