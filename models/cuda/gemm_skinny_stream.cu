@@ -180,8 +180,9 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     // The shared loads above are generic-proxy reads; the producer's next copy into this slot is
     // an async-proxy write, which the mbarrier's release and acquire do not order after them.
     // Without this fence, under many concurrent grids the copy engine now and then overwrote a
-    // slot before a warp's loads had read it: 156 of 5.4e8 outputs differed in the GPU matrix
-    // (reports/gpu/skinny-race-2026-12-06). BIH_GEMM_SKINNY_FENCE=0 drops it, to reproduce that.
+    // slot before a warp's loads had read it: 156 output elements over 666,088 launches of one
+    // GPU matrix cell differed (reports/gpu/skinny-race-2026-12-06). BIH_GEMM_SKINNY_FENCE=0
+    // drops it, to reproduce that.
     if (proxy_fence) ptx::fence_proxy_async_shared();
     __syncwarp();
     if (lane == 0) mbarrier_arrive(empty(slot));
