@@ -161,6 +161,21 @@ std::string summarize_localization(const Localization& l) {
   return s;
 }
 
+// For a token the run saw differ and the re-run did not: what that means and how to chase it.
+std::string not_reproduced_hint(const Scenario& s) {
+  std::string hint =
+      ". But the run saw this token differ: the re-run (one engine, the two contexts one after "
+      "the other, every op traced) did not reproduce it, so the run's bits depended on something "
+      "the re-run lacks, such as timing, concurrent work on the device or a race in a kernel. "
+      "Run the scenario again (a count that changes from run to run says so)";
+  if (s.plan.solo_lanes > 1) {
+    hint += fmt::format(
+        ", and with --set plan.solo_lanes=1 (the run had {} engines generating alone at once)",
+        s.plan.solo_lanes);
+  }
+  return hint + ".";
+}
+
 }  // namespace
 
 Localization localize(const Scenario& scenario, const std::string& kind, const std::string& a_label,
@@ -301,7 +316,9 @@ Localization explain_report(const nlohmann::json& report, const std::optional<st
                                           "report " + report.value("id", "") + " (reference)");
     return localize_config(s, r, chosen->at("a"), chosen->at("b"), prompt, step);
   }
-  return localize(s, chosen->at("kind"), chosen->at("a"), chosen->at("b"), prompt, step);
+  Localization l = localize(s, chosen->at("kind"), chosen->at("a"), chosen->at("b"), prompt, step);
+  if (!l.diverged && !chosen->at("first_divergences").empty()) l.summary += not_reproduced_hint(s);
+  return l;
 }
 
 nlohmann::json to_json(const Localization& l) {

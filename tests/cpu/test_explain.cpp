@@ -122,6 +122,44 @@ TEST(Explain, LocalizeSeesADifferenceTheCliReported) {
   EXPECT_NE(l.detail_a, l.detail_b) << "the message sizes differ between the contexts";
 }
 
+// A run can see a token differ that the re-run does not (a race under the solo lanes' load did
+// so on the GPU: reports/gpu/skinny-race-2026-12-06). Here an invariant case's report is given
+// such a divergence by hand: explain must say it was not reproduced and how to chase it, not
+// stop at "no divergence".
+TEST(Explain, ADivergenceTheReRunDoesNotReproduceSaysSo) {
+  const Scenario fixed = issue_case("tp4-sp-fixed");
+  const auto out = testing::fresh_dir("explain-not-reproduced");
+  std::vector<std::string> args{
+      "run", kMatrix, "--only", fixed.id(), "--set", "plan.solo_lanes=2", "--out", out.string()};
+  for (const std::string& set : kSmallSets) {
+    args.push_back("--set");
+    args.push_back(set);
+  }
+  const auto r = testing::run_bih(args);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto files = testing::report_files(out);
+  ASSERT_EQ(files.size(), 1u) << r.output;
+  nlohmann::json report = read_json_file(files[0].string());
+  ASSERT_EQ(report.at("verdict"), "invariant");
+  bool injected = false;
+  for (auto& c : report.at("comparisons")) {
+    if (c.at("kind") != "batch") continue;
+    ASSERT_TRUE(c.at("first_divergences").empty());
+    c["first_divergences"] = nlohmann::json::array({{{"prompt", 3}, {"step", 1}}});
+    injected = true;
+  }
+  ASSERT_TRUE(injected) << "the report has no batch comparison";
+  report["verdict"] = "batch_variant";
+  const Localization l = explain_report(report, std::nullopt);
+  EXPECT_FALSE(l.diverged) << l.summary;
+  EXPECT_EQ(l.prompt, 3);
+  EXPECT_EQ(l.step, 1);
+  EXPECT_NE(l.summary.find("no divergence"), std::string::npos) << l.summary;
+  EXPECT_NE(l.summary.find("did not reproduce it"), std::string::npos) << l.summary;
+  EXPECT_NE(l.summary.find("--set plan.solo_lanes=1 (the run had 2 engines"), std::string::npos)
+      << l.summary;
+}
+
 TEST(ExplainTrace, PipelineOrderIsLayerOpPositionRank) {
   TraceSink sink;
   sink.record(TraceEntry{0, "attn_reduce", -1, 0, "", {1}});
