@@ -223,7 +223,7 @@ void launch_skinny_registers(const void* x, const void* w, void* y, int M, int N
                              cudaStream_t stream) {
   if (!skinny_gemm_supports(M, N, K)) {
     throw std::invalid_argument(
-        "launch_skinny_gemm: needs 1 <= M <= " + std::to_string(kSkinnyMaxM) +
+        "skinny GEMM: needs 1 <= M <= " + std::to_string(kSkinnyMaxM) +
         ", N a multiple of 8 and K a multiple of 128; got M=" + std::to_string(M) +
         " N=" + std::to_string(N) + " K=" + std::to_string(K));
   }
@@ -238,7 +238,7 @@ void launch_skinny_registers(const void* x, const void* w, void* y, int M, int N
 
 void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
                         cudaStream_t stream) {
-  // BIH_GEMM_SKINNY_STREAM=0 (a diagnostic, reports/gpu/decode-chain-2026-12-06): the register
+  // BIH_GEMM_SKINNY_STREAM=0 (a diagnostic, reports/gpu/skinny-race-2026-12-06): the register
   // instance serves every M.
   static const bool stream_instance = [] {
     const char* v = std::getenv("BIH_GEMM_SKINNY_STREAM");

@@ -247,6 +247,10 @@ const StreamDiagnostics& diagnostics() {
     const char* pdl = std::getenv("BIH_GEMM_SKINNY_PDL");
     r.programmatic_launch = pdl == nullptr || std::string(pdl) != "0";
     if (const char* ring = std::getenv("BIH_GEMM_SKINNY_RING")) r.ring = ring;
+    if (r.ring != "auto" && r.ring != "decode" && r.ring != "wide") {
+      throw std::invalid_argument("BIH_GEMM_SKINNY_RING=" + r.ring +
+                                  ": valid values are auto, decode and wide");
+    }
     const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
     r.proxy_fence = fence == nullptr || std::string(fence) != "0";
     return r;
