@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda/copy_bandwidth.hpp"
 #include "engines/bih_engine.hpp"
 #include "engines/cuda/bih_cuda_engine.hpp"
 #include "models/cuda/check.hpp"
@@ -33,37 +34,6 @@
 namespace {
 
 constexpr int kDecodeSteps = 32;
-
-// Device-to-device copy bandwidth (bytes read + bytes written per second) over a 2 GiB copy.
-double copy_bandwidth() {
-  static const double bandwidth = [] {
-    const size_t bytes = size_t{1} << 31;
-    void* a = nullptr;
-    void* b = nullptr;
-    cudaCheck(cudaMalloc(&a, bytes));
-    cudaCheck(cudaMalloc(&b, bytes));
-    cudaEvent_t start, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&stop));
-    cudaCheck(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));  // warm-up
-    float best_ms = 1e30f;
-    for (int i = 0; i < 5; ++i) {
-      cudaCheck(cudaEventRecord(start));
-      cudaCheck(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
-      cudaCheck(cudaEventRecord(stop));
-      cudaCheck(cudaEventSynchronize(stop));
-      float ms = 0;
-      cudaCheck(cudaEventElapsedTime(&ms, start, stop));
-      best_ms = std::min(best_ms, ms);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaFree(a);
-    cudaFree(b);
-    return 2.0 * static_cast<double>(bytes) / (best_ms * 1e-3);
-  }();
-  return bandwidth;
-}
 
 void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode,
                    bih::KernelFamily family, int tp) {
@@ -96,7 +66,7 @@ void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode,
   for (const bih::TensorSpec& t : bih::tensor_specs(bundle.config)) {
     model_bytes += t.element_count() * sizeof(bih::bf16);
   }
-  const double floor_s = static_cast<double>(model_bytes) / copy_bandwidth();
+  const double floor_s = static_cast<double>(model_bytes) / bih::bench::copy_bandwidth();
 
   auto timed = [&](int max_tokens) {
     const auto start = std::chrono::steady_clock::now();
@@ -127,7 +97,7 @@ void BM_DecodeStep(benchmark::State& state, int batch_size, bih::GraphMode mode,
   state.counters["device_ms"] = device_ms;
   state.counters["device_x_floor"] = device_ms * 1e-3 / floor_s;
   state.counters["weights_GB"] = static_cast<double>(model_bytes) / 1e9;
-  state.counters["copy_TBps"] = copy_bandwidth() / 1e12;
+  state.counters["copy_TBps"] = bih::bench::copy_bandwidth() / 1e12;
 }
 
 void register_decode_benchmarks() {

@@ -17,6 +17,13 @@
 // whether or not it serves a band, against the vendor family at the same M: its time, the weight
 // bytes it reads per second (weight_TBps) and speedup = vendor time / skinny time.
 //
+// StepGemms/M=...: one decode step's GEMMs as the engine runs them: every layer's qkv, o_proj,
+// gate_up and down on that layer's own weights, then lm_head, captured in one CUDA graph per
+// family and replayed, so launch gaps and programmatic dependent launch are those of a full-graph
+// step, and each weight is read once from HBM (3.44 GB at qwen3-1.7b: no L2 reuse). Counters:
+// <family>_ms per step and <family>_copy, the step's weight bytes per second as a fraction of the
+// copy bandwidth measured in the same run (issue 18's target: 0.75 at M=1).
+//
 // Flags: --pin_m=N (the reference's heuristic M), --companions=0 (the reference for every M, as
 // before companions), --skinny=N (the skinny kernel offered to bands up to M=N), --ms=1,64,512,4096
 // (the Ms measured).
@@ -32,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda/copy_bandwidth.hpp"
 #include "models/bf16.hpp"
 #include "models/config.hpp"
 #include "models/cuda/check.hpp"
@@ -215,6 +223,89 @@ void bench_shape(benchmark::State& state, Shape s, int M) {
                                                  std::to_string(config.serving(M).tile_id)));
 }
 
+// One decode step's GEMMs at M tokens: every layer's own weights, in the engine's order.
+class StepGemms {
+ public:
+  explicit StepGemms(int m) : M(m) {
+    const int layers = bih::preset_config("qwen3-1.7b")->num_layers;
+    for (const Shape& s : kShapes) {
+      const int copies = s.name == "lm_head" ? 1 : layers;
+      for (int i = 0; i < copies; ++i) {
+        ws_[s.name].push_back(std::make_unique<DeviceBf16>(static_cast<size_t>(s.N) * s.K));
+        weight_bytes_ += 2.0 * s.N * s.K;
+      }
+      xs_[s.name] = std::make_unique<DeviceBf16>(static_cast<size_t>(M) * s.K);  // [M, K]
+      ys_[s.name] = std::make_unique<DeviceBf16>(static_cast<size_t>(M) * s.N);  // [M, N]
+    }
+  }
+  double weight_bytes() const { return weight_bytes_; }
+
+  // Seconds per step of `family`: the step captured once, replayed `reps` times.
+  double time(KernelFamily family, int reps) {
+    enqueue(family);  // pins and loads outside the capture
+    stream_.synchronize();
+    cudaGraph_t graph = nullptr;
+    cudaCheck(cudaStreamBeginCapture(stream_.get(), cudaStreamCaptureModeThreadLocal));
+    enqueue(family);
+    cudaCheck(cudaStreamEndCapture(stream_.get(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    cudaCheck(cudaGraphLaunch(exec, stream_.get()));  // warm-up
+    cudaCheck(cudaEventRecord(start_.get(), stream_.get()));
+    for (int i = 0; i < reps; ++i) cudaCheck(cudaGraphLaunch(exec, stream_.get()));
+    cudaCheck(cudaEventRecord(stop_.get(), stream_.get()));
+    cudaCheck(cudaEventSynchronize(stop_.get()));
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, start_.get(), stop_.get()));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return ms * 1e-3 / reps;
+  }
+
+ private:
+  void enqueue(KernelFamily family) {
+    const int layers = static_cast<int>(ws_.at("qkv").size());
+    for (int layer = 0; layer <= layers; ++layer) {
+      for (const Shape& s : kShapes) {
+        const bool last = layer == layers;
+        if ((s.name == "lm_head") != last) continue;
+        const bf16* w = ws_.at(s.name)[last ? 0 : layer]->p;
+        shared_gemm().gemm(family, xs_.at(s.name)->p, w, ys_.at(s.name)->p, M, s.N, s.K,
+                           stream_.get());
+      }
+    }
+  }
+
+  int M;
+  double weight_bytes_ = 0.0;
+  std::map<std::string, std::vector<std::unique_ptr<DeviceBf16>>> ws_;  // [copies] of [N, K]
+  std::map<std::string, std::unique_ptr<DeviceBf16>> xs_, ys_;
+  bih::cuda::OwnedStream stream_;
+  bih::cuda::OwnedEvent start_{cudaEventDefault};
+  bih::cuda::OwnedEvent stop_{cudaEventDefault};
+};
+
+void bench_step_gemms(benchmark::State& state, int M) {
+  StepGemms step(M);
+  const double copy = bih::bench::copy_bandwidth();
+  constexpr int kReps = 10;
+  const KernelFamily families[] = {KernelFamily::invariant, KernelFamily::vendor,
+                                   KernelFamily::tp_invariant};
+  double seconds[3] = {0.0, 0.0, 0.0};
+  for (auto _ : state) {
+    for (int f = 0; f < 3; ++f) seconds[f] += step.time(families[f], kReps);
+    state.SetIterationTime(seconds[0] / static_cast<double>(state.iterations()));
+  }
+  const char* names[] = {"inv", "vendor", "tpinv"};
+  for (int f = 0; f < 3; ++f) {
+    const double per_step = seconds[f] / static_cast<double>(state.iterations());
+    state.counters[std::string(names[f]) + "_ms"] = per_step * 1e3;
+    state.counters[std::string(names[f]) + "_copy"] = step.weight_bytes() / per_step / copy;
+  }
+  state.counters["copy_TBps"] = copy * 1e-12;
+  state.counters["weights_GB"] = step.weight_bytes() * 1e-9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -278,6 +369,14 @@ int main(int argc, char** argv) {
           ->Iterations(20)
           ->Unit(benchmark::kMicrosecond);
     }
+  }
+  for (int m : g_ms) {
+    if (m > 64) continue;  // decode sizes: the tp_invariant chunk tree is slow past them
+    const std::string name = "StepGemms/M=" + std::to_string(m);
+    benchmark::RegisterBenchmark(name.c_str(), bench_step_gemms, m)
+        ->UseManualTime()
+        ->Iterations(3)
+        ->Unit(benchmark::kMicrosecond);
   }
   for (const Shape& s : kShapes) {
     for (int m : {1, 8, 16, 32}) {

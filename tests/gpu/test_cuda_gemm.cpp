@@ -506,11 +506,38 @@ TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
                std::invalid_argument);
 }
 
-// Many launches of the stream instance at once, from one host thread and one stream each, every
-// thread with its own operands and M: each output equals that thread's launch alone, bitwise. In
-// the GPU matrix (reports/gpu/decode-chain-2026-12-06, calls 10-11) the engine with the instance
-// serving M <= 8 was nondeterministic with 16 streams launching it; this isolates the kernel from
-// the engine (both rings: the TP=4 lm_head shard takes the wide one).
+// Small shapes, for compute-sanitizer's memcheck and racecheck (ci/device-check.sh runs this test
+// under both, with each ring forced by BIH_GEMM_SKINNY_RING and with and without the pipelined
+// consumer loop, BIH_GEMM_SKINNY_PIPELINE): one stage, a ring filled exactly, and odd stage counts
+// that wrap the ring (the pipelined loop's tail), every M, each output against the register
+// instance bitwise.
+TEST(CudaGemm, SkinnyStreamSmallShapesKeepTheRegisterInstanceBits) {
+  BIH_SKIP_WITHOUT_GPU();
+  int device = 0;
+  int major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
+  // N, K: 1, 9, 4 and 5 stages of the decode ring (256 k); the last three 18, 8 and 10 of the
+  // wide one (128 k; N = 16 is too narrow for it).
+  const std::vector<std::pair<int, int>> shapes = {{16, 256}, {32, 2304}, {32, 1024}, {64, 1280}};
+  for (const auto& [N, K] : shapes) {
+    DeviceBuffer<bf16> x(static_cast<size_t>(8) * K);  // [8, K]
+    DeviceBuffer<bf16> w(static_cast<size_t>(N) * K);  // [N, K]
+    DeviceBuffer<bf16> y(static_cast<size_t>(8) * N);  // [8, N]
+    DeviceBuffer<bf16> y_registers(static_cast<size_t>(8) * N);
+    bih::cuda::fill_order_sensitive_operands(x.get(), 8, w.get(), N, K, 20261207, nullptr);
+    for (int m = 1; m <= 8; ++m) {
+      bih::cuda::launch_skinny_stream(x.get(), w.get(), y.get(), m, N, K, nullptr);
+      bih::cuda::launch_skinny_registers(x.get(), w.get(), y_registers.get(), m, N, K, nullptr);
+      const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
+          y.get(), y_registers.get(), static_cast<size_t>(m) * N, nullptr);
+      EXPECT_EQ(d.count, 0u) << "N=" << N << " K=" << K << " M=" << m << ": first at row "
+                             << d.first / N << " col " << d.first % N;
+    }
+  }
+}
+
 // The stream instance under the load that broke it in the engine (reports/gpu/skinny-race-
 // 2026-12-06): many streams launching it at once, thousands of launches, every output compared with
 // the register instance's on the same operands. Without the proxy fence before a slot's release
