@@ -26,3 +26,8 @@ grep -E "^[✓✗]" "$OUT/call2-matrix.txt" | grep -v "✓" | head
 timeout 120 build-device/bih_gpu_tests >"$OUT/call2-gpu-tests.txt" 2>&1
 echo "gpu tests: exit $?; $(grep -E '^\[  PASSED|^\[  FAILED|^\[  SKIPPED' "$OUT/call2-gpu-tests.txt" | paste -sd';')"
 grep -E "^\[  FAILED  \] [A-Z]" "$OUT/call2-gpu-tests.txt" | head
+# The bs=1 step's GPU time op by op (eager, events around each op: they add a little).
+cmake --build build-device -j16 --target bih_cuda_bench >/tmp/b2.log 2>&1
+BIH_CUDA_PROFILE=1 timeout 60 build-device/bih_cuda_bench \
+  --benchmark_filter='BM_DecodeStep/qwen3-1.7b/tp:1/bs:1/graph:none/' >"$OUT/call2-profile.txt" 2>&1
+echo "profile: exit $?"; grep -A18 "GPU time of" "$OUT/call2-profile.txt" | head -24
