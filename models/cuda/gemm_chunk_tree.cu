@@ -16,8 +16,12 @@
 //   65.0 ms with one column x 8 rows, 36.1 ms with 2 columns x 8 rows, 29.7 ms with 4 x 4.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 #include "models/cuda/bf16_bits.cuh"
 #include "models/cuda/check.hpp"
@@ -430,6 +434,54 @@ bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32
   return true;
 }
 
+// The staged GEMV's shapes to measure (threads x steps a stage x stages), and from which N on it
+// serves, read once: BIH_TPINV_STAGED=256x8x3 (the default) or another of kStagedShapes, and
+// BIH_TPINV_STAGED_MIN_N=4096 (the default). The bits are the same for every choice.
+constexpr const char* kStagedShapes[] = {"256x8x3", "256x4x3", "256x8x2", "128x8x3", "128x4x4"};
+struct StagedGemv {
+  std::string shape = "256x8x3";
+  int min_n = 4096;
+};
+const StagedGemv& staged_gemv() {
+  static const StagedGemv chosen = [] {
+    StagedGemv g;
+    if (const char* v = std::getenv("BIH_TPINV_STAGED")) g.shape = v;
+    bool known = false;
+    std::string valid;
+    for (const char* shape : kStagedShapes) {
+      known = known || g.shape == shape;
+      valid += (valid.empty() ? "" : ", ") + std::string(shape);
+    }
+    if (!known) {
+      throw std::invalid_argument("BIH_TPINV_STAGED=" + g.shape + ": valid values are " + valid);
+    }
+    if (const char* v = std::getenv("BIH_TPINV_STAGED_MIN_N")) {
+      char* end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      if (end == v || *end != '\0' || n < 1) {
+        throw std::invalid_argument(std::string("BIH_TPINV_STAGED_MIN_N=") + v +
+                                    ": valid values are whole numbers from 1");
+      }
+      g.min_n = static_cast<int>(std::min<long>(n, 1 << 30));
+    }
+    return g;
+  }();
+  return chosen;
+}
+
+bool launch_gemv_staged_as(const std::string& shape, const void* x, const void* w, void* y_bf16,
+                           float* y_f32, int N, int K, int chunks, cudaStream_t stream) {
+  if (shape == "256x4x3")
+    return launch_gemv_staged<256, 4, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
+  if (shape == "256x8x2")
+    return launch_gemv_staged<256, 8, 2>(x, w, y_bf16, y_f32, N, K, chunks, stream);
+  if (shape == "128x8x3")
+    return launch_gemv_staged<128, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
+  if (shape == "128x4x4")
+    return launch_gemv_staged<128, 4, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
+  return launch_gemv_staged<256, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
+}
+
 template <int kSplit>
 void launch_gemv(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K, int chunks,
                  cudaStream_t stream) {
@@ -487,8 +539,8 @@ void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y
   // from 4096 columns on the staged kernel (qkv 12.5 -> 10.7 us, gate_up 29.5 -> 24.4, lm_head
   // 310 -> 191); narrower outputs have too few chain sets to fill the GPU from shared memory, and
   // the four-threads-per-chain-set register kernel is faster there (o_proj 8.4 us, down 17.7).
-  if (M == 1 && vector && N >= 4096 &&
-      launch_gemv_staged<256, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream))
+  if (M == 1 && vector && N >= staged_gemv().min_n &&
+      launch_gemv_staged_as(staged_gemv().shape, x, w, y_bf16, y_f32, N, K, chunks, stream))
     return;
   if (M == 1 && vector) return launch_gemv<4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
   if (M == 1) return launch_tm<1>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
