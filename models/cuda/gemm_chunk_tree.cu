@@ -438,6 +438,11 @@ bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32
 // serves, read once: BIH_TPINV_STAGED=256x8x3 (the default) or another of kStagedShapes, and
 // BIH_TPINV_STAGED_MIN_N=4096 (the default). The bits are the same for every choice.
 constexpr const char* kStagedShapes[] = {"256x8x3", "256x4x3", "256x8x2", "128x8x3", "128x4x4"};
+std::string staged_shape_list() {
+  std::string valid;
+  for (const char* shape : kStagedShapes) valid += (valid.empty() ? "" : ", ") + std::string(shape);
+  return valid;
+}
 struct StagedGemv {
   std::string shape = "256x8x3";
   int min_n = 4096;
@@ -446,14 +451,10 @@ const StagedGemv& staged_gemv() {
   static const StagedGemv chosen = [] {
     StagedGemv g;
     if (const char* v = std::getenv("BIH_TPINV_STAGED")) g.shape = v;
-    bool known = false;
-    std::string valid;
-    for (const char* shape : kStagedShapes) {
-      known = known || g.shape == shape;
-      valid += (valid.empty() ? "" : ", ") + std::string(shape);
-    }
-    if (!known) {
-      throw std::invalid_argument("BIH_TPINV_STAGED=" + g.shape + ": valid values are " + valid);
+    if (std::find(std::begin(kStagedShapes), std::end(kStagedShapes), g.shape) ==
+        std::end(kStagedShapes)) {
+      throw std::invalid_argument("BIH_TPINV_STAGED=" + g.shape + ": valid values are " +
+                                  staged_shape_list());
     }
     if (const char* v = std::getenv("BIH_TPINV_STAGED_MIN_N")) {
       char* end = nullptr;
@@ -471,6 +472,8 @@ const StagedGemv& staged_gemv() {
 
 bool launch_gemv_staged_as(const std::string& shape, const void* x, const void* w, void* y_bf16,
                            float* y_f32, int N, int K, int chunks, cudaStream_t stream) {
+  if (shape == "256x8x3")
+    return launch_gemv_staged<256, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
   if (shape == "256x4x3")
     return launch_gemv_staged<256, 4, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
   if (shape == "256x8x2")
@@ -479,7 +482,7 @@ bool launch_gemv_staged_as(const std::string& shape, const void* x, const void* 
     return launch_gemv_staged<128, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
   if (shape == "128x4x4")
     return launch_gemv_staged<128, 4, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-  return launch_gemv_staged<256, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
+  throw std::invalid_argument("staged GEMV shape " + shape + ": not one of " + staged_shape_list());
 }
 
 template <int kSplit>
@@ -526,6 +529,14 @@ void launch_tm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, 
 }
 
 }  // namespace
+
+std::span<const char* const> chunk_tree_staged_shapes() { return kStagedShapes; }
+
+bool launch_chunk_tree_gemv_staged(const std::string& shape, const void* x, const void* w,
+                                   void* y_bf16, float* y_f32, int N, int K, int chunks,
+                                   cudaStream_t stream) {
+  return launch_gemv_staged_as(shape, x, w, y_bf16, y_f32, N, K, chunks, stream);
+}
 
 void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N,
                             int K, int chunks, cudaStream_t stream) {

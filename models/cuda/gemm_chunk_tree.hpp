@@ -10,6 +10,9 @@
 // which rows share a launch: which kernel ran changes which thread adds a chain, never its order.
 #pragma once
 
+#include <span>
+#include <string>
+
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
 
@@ -21,5 +24,16 @@ namespace bih::cuda {
 // throws std::runtime_error (file:line) if the launch fails.
 void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N,
                             int K, int chunks, cudaStream_t stream);
+
+// The M = 1 staged GEMV's block shapes ("threads x steps a stage x stages"): the one the launcher
+// above uses from BIH_TPINV_STAGED_MIN_N columns on (4096) is BIH_TPINV_STAGED (the first, by
+// default), read once. Every shape gives the same bits; the choice is a measurement.
+std::span<const char* const> chunk_tree_staged_shapes();
+// One M = 1 launch with the given shape, whatever N (tests). False where the device's shared
+// memory cannot hold the block's ring (the caller then runs another kernel, with the same bits);
+// std::invalid_argument for a shape not in the list.
+bool launch_chunk_tree_gemv_staged(const std::string& shape, const void* x, const void* w,
+                                   void* y_bf16, float* y_f32, int N, int K, int chunks,
+                                   cudaStream_t stream);
 
 }  // namespace bih::cuda

@@ -3,7 +3,8 @@
 //
 // - The GEMM is bit for bit the CPU family (models/cpu/gemm.cpp) on every GEMM shape of qwen3-1.7b
 //   at M = 1, 7, 64 and 513, and every row of a batch is bitwise the row computed alone.
-// - Wide M = 1 outputs (the staged GEMV) at chunk lengths below, across and beyond one stage.
+// - Wide M = 1 outputs (the staged GEMV) at chunk lengths below, across and beyond one stage,
+//   with every block shape BIH_TPINV_STAGED may choose.
 // - M > 8 on the shared-memory tiles: both tile heights, partial tiles, one- and three-slice
 // chunks,
 //   and its fused multiply-add only where the operands are in band (an out-of-band tie otherwise).
@@ -37,6 +38,7 @@
 #include "models/cpu/kernels.hpp"
 #include "models/cuda/emulated_gpu.hpp"
 #include "models/cuda/gemm.hpp"
+#include "models/cuda/gemm_chunk_tree.hpp"
 #include "models/engine.hpp"
 #include "models/tree_sum.hpp"
 #include "spec/plan.hpp"
@@ -215,6 +217,22 @@ TEST(CudaTpInvariantGemm, StagedGemvEqualsTheCpuOnWideOutputs) {
     }
     EXPECT_EQ(differ, 0) << "K=" << K << ": " << differ << " of " << N << " differ; first "
                          << first;
+    // Every block shape BIH_TPINV_STAGED may choose: the same bits.
+    for (const char* shape : cuda::chunk_tree_staged_shapes()) {
+      DeviceBuffer<bf16> y_shape(N);
+      ASSERT_TRUE(cuda::launch_chunk_tree_gemv_staged(shape, x_dev.get(), w_dev.get(),
+                                                      y_shape.get(), nullptr, N, K,
+                                                      kTpInvariantChunks, nullptr))
+          << shape;
+      const std::vector<bf16> got_shape = y_shape.download(0, N);
+      int differ_shape = 0;
+      for (int n = 0; n < N; ++n) differ_shape += got_shape[n].bits != want[n].bits;
+      EXPECT_EQ(differ_shape, 0) << "staged shape " << shape << ", K=" << K;
+    }
+    EXPECT_THROW(
+        cuda::launch_chunk_tree_gemv_staged("64x1x1", x_dev.get(), w_dev.get(), y_dev.get(),
+                                            nullptr, N, K, kTpInvariantChunks, nullptr),
+        std::invalid_argument);
     for (int chunks : {1, 2, 4}) {  // a rank's dense copy of the first K * chunks / 8 columns
       const int K_local = K * chunks / kTpInvariantChunks;
       std::vector<bf16> w_local(static_cast<size_t>(N) * K_local);
