@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Call 1: the stream instance's pipelined consumer loop (stage s + 1's shared loads issued before
-# stage s's chain steps). Its bits (the skinny GEMM tests), compute-sanitizer memcheck and
-# racecheck on small shapes (each ring, pipelined and not), then the bench with the loop on, off,
-# on: the M=1 GEMMs alone, one step's GEMMs in a graph (StepGemms) and the decode steps.
+# stage s's chain steps). Its bits (the skinny GEMM tests, and the tp_invariant staged GEMV's
+# every block shape), then the bench with the loop on, off, on: the M=1 GEMMs alone, one step's
+# GEMMs in a graph (StepGemms) and the decode steps; then call3.sh (the staged GEMV's shapes).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -13,19 +13,9 @@ cmake -S . -B build-device $conf >/dev/null &&
 echo "build: exit $? in $(( $(date +%s) - t )) s"; tail -3 /tmp/b.log
 for pipe in 1 0; do
   BIH_GEMM_SKINNY_PIPELINE=$pipe timeout 120 build-device/bih_gpu_tests \
-    --gtest_filter='CudaGemm.Skinny*' >/tmp/t.txt 2>&1
+    --gtest_filter='CudaGemm.Skinny*:CudaTpInvariantGemm.Staged*' >/tmp/t.txt 2>&1
   echo "skinny tests, pipeline=$pipe: exit $?; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[skinny' /tmp/t.txt | paste -sd';')"
   grep -E "^\[  FAILED  \] [A-Z]|Failure|first at" /tmp/t.txt | head -5
-done
-F='CudaGemm.SkinnyStreamSmall*'
-for run in "memcheck decode 1" "memcheck wide 1" "racecheck decode 1" "racecheck wide 1" "racecheck decode 0"; do
-  set -- $run
-  t=$(date +%s)
-  BIH_GEMM_SKINNY_RING=$2 BIH_GEMM_SKINNY_PIPELINE=$3 timeout 120 compute-sanitizer --tool $1 \
-    --error-exitcode 9 --print-limit 20 build-device/bih_gpu_tests --gtest_filter="$F" >/tmp/s.txt 2>&1
-  echo "$1 ring=$2 pipeline=$3: exit $? in $(( $(date +%s) - t )) s; $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' /tmp/s.txt | tail -1); $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' /tmp/s.txt | paste -sd';')"
-  grep -E "^========= (Invalid|Race|Error|Program hit|Warn)" /tmp/s.txt | sort | uniq -c | head -5
-  cat /tmp/s.txt >>"$OUT/call1-sanitizers.txt"
 done
 B='^(Gemm/[a-z_]+/M=1/|StepGemms/M=(1|8|64)/|BM_DecodeStep/qwen3-1.7b/tp:1/bs:(1|64)/graph:full/)'
 for pipe in 1 0 1; do
@@ -36,3 +26,4 @@ for pipe in 1 0 1; do
   grep -E "^(Gemm|StepGemms|BM_Decode)|^\[step\]" /tmp/bench.txt | sed -E 's/ +/ /g'
   cp /tmp/bench.txt "$OUT/call1-bench-pipeline$pipe-$RANDOM.txt"
 done
+bash reports/gpu/decode-pipeline-2026-12-06/call3.sh
