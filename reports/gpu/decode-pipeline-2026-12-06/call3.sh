@@ -13,7 +13,8 @@ for run in 256x8x3:4096 256x4x3:4096 256x8x2:4096 128x8x3:4096 128x4x4:4096 \
     BIH_TPINV_STAGED=$shape BIH_TPINV_STAGED_MIN_N=$min_n timeout 60 build-device/bih_cuda_bench \
       --ms=1 --benchmark_filter="$B" >/tmp/t3.txt 2>&1
     code=$?
-    cp /tmp/t3.txt "$OUT/call3-$shape-from$min_n.txt"
+    { echo "=== BIH_TPINV_STAGED=$shape BIH_TPINV_STAGED_MIN_N=$min_n"; cat /tmp/t3.txt; } \
+      >>"$OUT/call3-staged.txt"
     echo "$shape from N=$min_n (exit $code): $(grep -E '^Gemm/' /tmp/t3.txt | sed -E 's/^Gemm\/([a-z_]+).*tpinv_us=([0-9.k]+).*/\1 \2/' | paste -sd' ') | step $(grep -oE 'tpinv_ms=[0-9.]+|tpinv_copy=[0-9.]+' /tmp/t3.txt | paste -sd' ')"
   }
 done
