@@ -93,7 +93,7 @@ __device__ __forceinline__ void mma_chain_step(float (&acc)[4], uint2 a, uint2 b
 
 // w_map: w [N, K] in boxes [kRows][64]; x_map: x [M, K] in boxes [8][64]; y: [M, N] bf16.
 // grid [N / kRows], block [32 (kConsumers + 1)], kSharedBytes of dynamic shared memory.
-template <class R, bool kPipelined>
+template <class R>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
@@ -111,7 +111,6 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
   const uint32_t bars = base + kStages * kStageBytes;
   auto full = [&](int slot) { return bars + 8u * slot; };
   auto empty = [&](int slot) { return bars + 8u * (kStages + slot); };
-  auto slot_of = [](int s) { return s % kStages; };
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows;
@@ -163,70 +162,32 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
   const int t = lane & 3;
   const uint32_t weight_row = (warp * 8 + g) * (kBoxK * 2);
   const uint32_t token_row = g * (kBoxK * 2);
-  constexpr int kSteps = 4 * kBoxes;  // chain steps a stage holds
-  // Waits for stage s, loads its fragment pieces (step j % 4 of box j / 4: bytes 32 (j % 4) + 8t
-  // of the row, whose 16-byte chunk the swizzle moved to chunk ^ (row % 8); every row here has
-  // row % 8 == g).
-  auto load_stage = [&](int s, uint2(&a)[kSteps], uint2(&b)[kSteps]) {
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int s = 0; s < stages; ++s) {
     const int slot = s % kStages;
     mbarrier_wait(full(slot), (s / kStages) & 1);
     const uint32_t stage = base + slot * kStageBytes;
+    uint2 b[4 * kBoxes], a[4 * kBoxes];
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j) {
+    for (int j = 0; j < 4 * kBoxes; ++j) {
+      // Step j % 4 of box j / 4: bytes 32 (j % 4) + 8t of the row, whose 16-byte chunk the
+      // swizzle moved to chunk ^ (row % 8); every row here has row % 8 == g.
       const uint32_t piece = (((2 * (j % 4) + (t >> 1)) ^ g) << 4) + (t & 1) * 8;
       b[j] = load_shared_8(stage + (j / 4) * kWeightBoxBytes + weight_row + piece);
       a[j] = load_shared_8(stage + kBoxes * kWeightBoxBytes + (j / 4) * kTokenBoxBytes + token_row +
                            piece);
     }
-  };
-  // Gives stage s's slot back to the producer once this warp's loads of it are done.
-  auto release_stage = [&](int s) {
-    // The shared loads are generic-proxy reads; the producer's next copy into this slot is an
-    // async-proxy write, which the mbarrier's release and acquire do not order after them.
+    // The shared loads above are generic-proxy reads; the producer's next copy into this slot is
+    // an async-proxy write, which the mbarrier's release and acquire do not order after them.
     // Without this fence, under many concurrent grids the copy engine now and then overwrote a
     // slot before a warp's loads had read it: 156 output elements over 666,088 launches of one
     // GPU matrix cell differed (reports/gpu/skinny-race-2026-12-06). BIH_GEMM_SKINNY_FENCE=0
     // drops it, to reproduce that.
     if (proxy_fence) ptx::fence_proxy_async_shared();
     __syncwarp();
-    if (lane == 0) mbarrier_arrive(empty(slot_of(s)));
-  };
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  auto run_steps = [&](const uint2(&a)[kSteps], const uint2(&b)[kSteps], int from, int to) {
+    if (lane == 0) mbarrier_arrive(empty(slot));
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j) {
-      if (j >= from && j < to) mma_chain_step(acc, a[j], b[j]);
-    }
-  };
-  if constexpr (!kPipelined) {
-    for (int s = 0; s < stages; ++s) {
-      uint2 a[kSteps], b[kSteps];
-      load_stage(s, a, b);
-      release_stage(s);
-      run_steps(a, b, 0, kSteps);
-    }
-  } else {
-    // Stage s + 1's shared loads are issued before stage s's chain steps run, and its slot is
-    // released after the first quarter of them, so neither the loads' latency nor the fence's
-    // wait for them sits in the chain: the chain's steps are the kernel's critical path. The
-    // steps, and so the bits, are the same as above.
-    uint2 a0[kSteps], b0[kSteps], a1[kSteps], b1[kSteps];
-    constexpr int kEarly = kSteps / 4;
-    load_stage(0, a0, b0);
-    release_stage(0);
-    for (int s = 0; s < stages; s += 2) {
-      const bool odd = s + 1 < stages;
-      if (odd) load_stage(s + 1, a1, b1);
-      run_steps(a0, b0, 0, kEarly);
-      if (odd) release_stage(s + 1);
-      run_steps(a0, b0, kEarly, kSteps);
-      if (!odd) break;
-      const bool even = s + 2 < stages;
-      if (even) load_stage(s + 2, a0, b0);
-      run_steps(a1, b1, 0, kEarly);
-      if (even) release_stage(s + 2);
-      run_steps(a1, b1, kEarly, kSteps);
-    }
+    for (int j = 0; j < 4 * kBoxes; ++j) mma_chain_step(acc, a[j], b[j]);
   }
   // acc[0..1]: token g, columns n0 + 2t and n0 + 2t + 1.
   if (g < M) {
@@ -274,14 +235,11 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
 // Diagnostics for the matrix failure of reports/gpu/decode-chain-2026-12-06, read once:
 // BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
 // kernel is then a no-op); BIH_GEMM_SKINNY_RING=decode or wide serves every shape with that ring;
-// BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before each slot's release (the race it closed);
-// BIH_GEMM_SKINNY_PIPELINE=0 loads each stage only after the previous stage's chain steps (the
-// same bits, to time what the overlap gains).
+// BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before each slot's release (the race it closed).
 struct StreamDiagnostics {
   bool programmatic_launch = true;
   std::string ring = "auto";
   bool proxy_fence = true;
-  bool pipelined = true;
 };
 const StreamDiagnostics& diagnostics() {
   static const StreamDiagnostics d = [] {
@@ -295,8 +253,6 @@ const StreamDiagnostics& diagnostics() {
     }
     const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
     r.proxy_fence = fence == nullptr || std::string(fence) != "0";
-    const char* pipeline = std::getenv("BIH_GEMM_SKINNY_PIPELINE");
-    r.pipelined = pipeline == nullptr || std::string(pipeline) != "0";
     return r;
   }();
   return d;
@@ -306,8 +262,7 @@ template <class R>
 void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream) {
   const CUtensorMap w_map = tensor_map(w, N, K, R::kRows);
   const CUtensorMap x_map = tensor_map(x, M, K, 8);
-  auto* kernel =
-      diagnostics().pipelined ? skinny_stream_kernel<R, true> : skinny_stream_kernel<R, false>;
+  auto* kernel = skinny_stream_kernel<R>;
   allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), R::kSharedBytes);
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(static_cast<unsigned>(N / R::kRows));

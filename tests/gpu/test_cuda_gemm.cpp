@@ -506,11 +506,10 @@ TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
                std::invalid_argument);
 }
 
-// Small shapes, for compute-sanitizer's memcheck and racecheck (ci/device-check.sh runs this test
-// under both, with each ring forced by BIH_GEMM_SKINNY_RING and with and without the pipelined
-// consumer loop, BIH_GEMM_SKINNY_PIPELINE): one stage, a ring filled exactly, and odd stage counts
-// that wrap the ring (the pipelined loop's tail), every M, each output against the register
-// instance bitwise.
+// Small shapes, for compute-sanitizer's memcheck and racecheck (ci/device-check.sh's sanitize
+// stage; reports/gpu/decode-pipeline-2026-12-06 ran it with each ring forced by
+// BIH_GEMM_SKINNY_RING): one stage, a ring filled exactly, and stage counts that wrap the ring,
+// every M, each output against the register instance bitwise.
 TEST(CudaGemm, SkinnyStreamSmallShapesKeepTheRegisterInstanceBits) {
   BIH_SKIP_WITHOUT_GPU();
   int device = 0;
