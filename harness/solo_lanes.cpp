@@ -8,10 +8,9 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
-
-#include "base/errors.hpp"
 
 namespace bih {
 
@@ -20,11 +19,13 @@ int solo_lanes_for(const Scenario& s, int prompts) {
   return std::max(1, std::min(s.plan.solo_lanes, prompts));
 }
 
-void run_solo_lanes(TestedEngine& own_engine,
-                    const std::function<std::unique_ptr<TestedEngine>()>& make_engine, int lanes,
-                    int total,
-                    const std::function<void(TestedEngine&, int, GenerateStats&)>& run_one,
-                    const std::function<void(int)>& on_done, GenerateStats& stats) {
+int run_solo_lanes(TestedEngine& own_engine,
+                   const std::function<std::unique_ptr<TestedEngine>()>& make_engine, int lanes,
+                   int total,
+                   const std::function<void(TestedEngine&, int, GenerateStats&)>& run_one,
+                   const std::function<void(int)>& on_done,
+                   const std::function<void(const std::string&)>& on_lane_not_made,
+                   GenerateStats& stats) {
   std::atomic<bool> failed{false};
   std::mutex mutex;  // first_error, done, on_done
   std::exception_ptr first_error;
@@ -34,11 +35,11 @@ void run_solo_lanes(TestedEngine& own_engine,
     const std::lock_guard lock(mutex);
     if (!first_error) first_error = std::current_exception();
   };
-  // Runs phase(k) for every lane k from `first` on, lane 0 (when included) on this thread.
-  const auto on_every_lane = [&](int first, const std::function<void(int)>& phase) {
+  // Runs phase(k) for every lane k in [first, count), lane 0 (when included) on this thread.
+  const auto on_every_lane = [&](int first, int count, const std::function<void(int)>& phase) {
     std::vector<std::thread> threads;
-    threads.reserve(lanes);
-    for (int k = std::max(first, 1); k < lanes; ++k) {
+    threads.reserve(count);
+    for (int k = std::max(first, 1); k < count; ++k) {
       threads.emplace_back([&, k] {
         try {
           phase(k);
@@ -61,27 +62,41 @@ void run_solo_lanes(TestedEngine& own_engine,
   // engine's CUDA graph capture in flight on the same GPU (measured on an H200: 6 of 12 runs of
   // GraphModes/CudaSoloLanes.*/full failed with cudaErrorStreamCaptureInvalidated when lanes
   // were made while lane 0 generated).
+  // A lane whose engine cannot be made (a GPU another process fills, most often) is left out:
+  // lanes change how long the requests alone take, never their bits, so the others take its
+  // requests and the reason is reported.
   std::vector<std::unique_ptr<TestedEngine>> made(lanes);
-  on_every_lane(1, [&](int k) {
+  std::vector<std::string> not_made(lanes);
+  on_every_lane(1, lanes, [&](int k) {
     try {
       made[k] = make_engine();
     } catch (const std::exception& e) {
-      throw InfraError(fmt::format("plan.solo_lanes: lane {} of {} could not make its engine: {}",
-                                   k, lanes, e.what()));
+      not_made[k] = fmt::format("plan.solo_lanes: lane {} of {} could not make its engine: {}", k,
+                                lanes, e.what());
     }
   });
-  std::vector<GenerateStats> lane_stats(lanes);
+  std::vector<TestedEngine*> engines = {&own_engine};
+  for (int k = 1; k < lanes; ++k) {
+    if (made[k]) engines.push_back(made[k].get());
+  }
+  const int running = static_cast<int>(engines.size());
+  for (const std::string& why : not_made) {
+    if (why.empty()) continue;
+    on_lane_not_made(fmt::format("{}; the requests alone run on {} lane{}", why, running,
+                                 running == 1 ? "" : "s"));
+  }
+  std::vector<GenerateStats> lane_stats(running);
   if (!failed) {
-    on_every_lane(0, [&](int k) {
-      TestedEngine& engine = k == 0 ? own_engine : *made[k];
-      for (int i = k; i < total && !failed.load(); i += lanes) {
+    on_every_lane(0, running, [&](int k) {
+      TestedEngine& engine = *engines[k];
+      for (int i = k; i < total && !failed.load(); i += running) {
         run_one(engine, i, lane_stats[k]);
         const std::lock_guard lock(mutex);
         on_done(++done);
       }
     });
   }
-  on_every_lane(1, [&](int k) {
+  on_every_lane(1, lanes, [&](int k) {
     if (made[k]) made[k]->shutdown();
   });
   if (first_error) std::rethrow_exception(first_error);
@@ -93,6 +108,7 @@ void run_solo_lanes(TestedEngine& own_engine,
     stats.sp_steps += l.sp_steps;
     stats.max_in_flight = std::max(stats.max_in_flight, l.max_in_flight);
   }
+  return running;
 }
 
 }  // namespace bih

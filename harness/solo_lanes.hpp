@@ -6,13 +6,14 @@
 // thread; every other lane makes its engine the same way on a thread of its own. The lanes make
 // their engines (side by side), then generate, then shut down, each phase done on every lane
 // before the next begins: making or shutting down a CUDA engine while another captures a graph
-// on the same GPU invalidates that capture. The first failure stops every lane before its next
-// request (or skips the generating if an engine could not be made) and is rethrown once all
-// lanes' engines are shut down.
+// on the same GPU invalidates that capture. A lane that cannot make its engine is left out (lanes
+// change how long the requests alone take, not their bits). The first failure of a request stops
+// every lane before its next request and is rethrown once all lanes' engines are shut down.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "engines/engine.hpp"
 #include "models/engine.hpp"
@@ -30,11 +31,15 @@ int solo_lanes_for(const Scenario& s, int prompts);
 // runs under a lock after each request, n counting the finished ones. `stats` gets the lanes'
 // sums (max_in_flight: their largest).
 // make_engine() makes another engine exactly as the worker made its own (the same knobs and
-// row extras).
-void run_solo_lanes(TestedEngine& own_engine,
-                    const std::function<std::unique_ptr<TestedEngine>()>& make_engine, int lanes,
-                    int total,
-                    const std::function<void(TestedEngine&, int, GenerateStats&)>& run_one,
-                    const std::function<void(int)>& on_done, GenerateStats& stats);
+// row extras). A lane whose make_engine() throws is left out, its requests spread over the
+// lanes that have an engine, and on_lane_not_made(why) says which lane, why, and how many run.
+// Returns the number of lanes that ran.
+int run_solo_lanes(TestedEngine& own_engine,
+                   const std::function<std::unique_ptr<TestedEngine>()>& make_engine, int lanes,
+                   int total,
+                   const std::function<void(TestedEngine&, int, GenerateStats&)>& run_one,
+                   const std::function<void(int)>& on_done,
+                   const std::function<void(const std::string&)>& on_lane_not_made,
+                   GenerateStats& stats);
 
 }  // namespace bih

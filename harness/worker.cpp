@@ -255,15 +255,22 @@ int run_worker(const WorkerArgs& args) {
       }
     };
     // A warm generation must see the cache the previous one left in this engine: one lane.
-    const int lanes = spec.batch_size == 1 && spec.cache != "warm" ? solo_lanes_for(s, total) : 1;
+    int lanes = spec.batch_size == 1 && spec.cache != "warm" ? solo_lanes_for(s, total) : 1;
     if (lanes > 1) {
-      run_solo_lanes(
+      int running = lanes;  // less any lane whose engine could not be made
+      lanes = run_solo_lanes(
           *engine, make_engine, lanes, total,
           [&](TestedEngine& e, int i, GenerateStats& into) { run_batch(e, i, i + 1, into); },
           [&](int done) {
             if (done % 8 == 0 || done == total) {
-              progress(fmt::format("{}: {}/{} prompts ({} lanes)", spec.label, done, total, lanes));
+              progress(
+                  fmt::format("{}: {}/{} prompts ({} lanes)", spec.label, done, total, running));
             }
+          },
+          [&](const std::string& why) {
+            --running;
+            std::fprintf(stderr, "bih: %s\n", why.c_str());
+            progress(spec.label + ": " + why);
           },
           stats);
     } else {

@@ -17,7 +17,6 @@
 #include <utility>
 #include <vector>
 
-#include "base/errors.hpp"
 #include "engines/engine.hpp"
 #include "harness/generation.hpp"
 #include "harness/solo_lanes.hpp"
@@ -131,7 +130,7 @@ TEST(SoloLanes, EnginesAreMadeBeforeAnyRequestRunsAndShutDownAfterTheLast) {
         ++into.steps;
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       },
-      [](int) {}, stats);
+      [](int) {}, [&](const std::string& why) { add("not made: " + why); }, stats);
   const auto makes = log.span("make ");
   const auto runs = log.span("run ");
   const auto shutdowns = log.span("shutdown ");
@@ -145,11 +144,62 @@ TEST(SoloLanes, EnginesAreMadeBeforeAnyRequestRunsAndShutDownAfterTheLast) {
             2);
   EXPECT_EQ(ran, std::vector<int>(9, 1)) << "every request exactly once";
   EXPECT_EQ(stats.steps, 9);
+  EXPECT_EQ(log.span("not made").first, -1);
 }
 
-// A lane that cannot make its engine: no request runs, the engines that were made are shut down,
-// and the error names the lane.
-TEST(SoloLanes, ALaneThatCannotMakeItsEngineStopsEveryLaneBeforeAnyRequest) {
+// A lane that cannot make its engine (another process filled the GPU, as two matrix shards side by
+// side did on an 80 GB H100: reports/gpu/decode-pipeline-2026-12-06) is left out: the lanes that
+// have an engine run every request exactly once, the reason names the lane and how many lanes
+// run, and the engines that were made are shut down once, after the last request.
+TEST(SoloLanes, ALaneThatCannotMakeItsEngineLeavesItsRequestsToTheOthers) {
+  LaneLog log;
+  const auto add = [&](std::string e) { log.add(std::move(e)); };
+  RecordingEngine own(0, add);
+  std::atomic<int> next_lane{1};
+  GenerateStats stats;
+  std::vector<int> ran(9, 0);
+  std::vector<std::string> reasons;
+  const int running = run_solo_lanes(
+      own,
+      [&]() -> std::unique_ptr<TestedEngine> {
+        const int lane = next_lane++;
+        if (lane == 2) throw std::runtime_error("out of device memory");
+        return std::make_unique<RecordingEngine>(lane, add);
+      },
+      4, 9,
+      [&](TestedEngine& e, int i, GenerateStats& into) {
+        add("run " + std::to_string(i) + " on " +
+            std::to_string(static_cast<RecordingEngine&>(e).lane()));
+        ++ran[i];
+        ++into.steps;
+      },
+      [](int) {}, [&](const std::string& why) { reasons.push_back(why); }, stats);
+  EXPECT_EQ(running, 3);
+  ASSERT_EQ(reasons.size(), 1u);
+  // Which lane's thread asks second is up to the scheduler: some lane of 1..3 has no engine.
+  EXPECT_NE(reasons[0].find(" of 4 could not make its engine: out of device memory"),
+            std::string::npos)
+      << reasons[0];
+  EXPECT_NE(reasons[0].find("run on 3 lanes"), std::string::npos) << reasons[0];
+  EXPECT_EQ(ran, std::vector<int>(9, 1)) << "every request exactly once";
+  EXPECT_EQ(stats.steps, 9);
+  std::vector<int> used;
+  for (const std::string& e : log.events) {
+    if (e.rfind("run ", 0) == 0) used.push_back(std::stoi(e.substr(e.rfind(' ') + 1)));
+  }
+  std::sort(used.begin(), used.end());
+  used.erase(std::unique(used.begin(), used.end()), used.end());
+  EXPECT_EQ(used.size(), 3u) << "three lanes ran requests";
+  EXPECT_EQ(std::count_if(log.events.begin(), log.events.end(),
+                          [](const std::string& e) { return e.rfind("shutdown ", 0) == 0; }),
+            2)
+      << "the two engines that were made are shut down once each";
+  EXPECT_GT(log.span("shutdown ").first, log.span("run ").second);
+}
+
+// A request that fails stops every lane before its next request; the engines are shut down and
+// the first failure is rethrown.
+TEST(SoloLanes, ARequestThatFailsStopsEveryLaneAndIsRethrown) {
   LaneLog log;
   const auto add = [&](std::string e) { log.add(std::move(e)); };
   RecordingEngine own(0, add);
@@ -158,24 +208,24 @@ TEST(SoloLanes, ALaneThatCannotMakeItsEngineStopsEveryLaneBeforeAnyRequest) {
   std::string error;
   try {
     run_solo_lanes(
-        own,
-        [&]() -> std::unique_ptr<TestedEngine> {
-          const int lane = next_lane++;
-          if (lane == 2) throw std::runtime_error("out of device memory");
-          return std::make_unique<RecordingEngine>(lane, add);
+        own, [&] { return std::make_unique<RecordingEngine>(next_lane++, add); }, 3, 30,
+        [&](TestedEngine&, int i, GenerateStats&) {
+          add("run " + std::to_string(i));
+          if (i == 4) throw std::runtime_error("request 4 broke");
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         },
-        3, 9, [&](TestedEngine&, int i, GenerateStats&) { add("run " + std::to_string(i)); },
-        [](int) {}, stats);
-  } catch (const InfraError& e) {
+        [](int) {}, [](const std::string&) {}, stats);
+  } catch (const std::runtime_error& e) {
     error = e.what();
   }
-  EXPECT_NE(error.find("could not make its engine: out of device memory"), std::string::npos)
-      << error;
-  EXPECT_NE(error.find(" of 3 "), std::string::npos) << error;
-  EXPECT_EQ(log.span("run ").first, -1) << "no request may run when a lane has no engine";
-  EXPECT_EQ(log.span("shutdown ").first, log.span("shutdown ").second)
-      << "the one engine that was made is shut down once";
-  EXPECT_GE(log.span("shutdown ").first, 0);
+  EXPECT_EQ(error, "request 4 broke");
+  EXPECT_LT(std::count_if(log.events.begin(), log.events.end(),
+                          [](const std::string& e) { return e.rfind("run ", 0) == 0; }),
+            30)
+      << "the lanes went on after the failure";
+  EXPECT_EQ(std::count_if(log.events.begin(), log.events.end(),
+                          [](const std::string& e) { return e.rfind("shutdown ", 0) == 0; }),
+            2);
 }
 
 TEST(SoloLanes, GiveTheBitsOfOneEngineInEachPromptsOwnSlot) {
