@@ -17,9 +17,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 
@@ -434,28 +436,44 @@ bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32
   return true;
 }
 
-// The staged GEMV's shapes to measure (threads x steps a stage x stages), and from which N on it
-// serves, read once: BIH_TPINV_STAGED=256x8x3 (the default) or another of kStagedShapes, and
-// BIH_TPINV_STAGED_MIN_N=4096 (the default). The bits are the same for every choice.
-constexpr const char* kStagedShapes[] = {"256x8x3", "256x4x3", "256x8x2", "128x8x3", "128x4x4"};
-std::string staged_shape_list() {
+// The staged GEMV's block shapes to measure (threads x steps a stage x stages), each with its
+// launcher; the bits are the same for every one.
+using StagedLauncher = bool (*)(const void*, const void*, void*, float*, int, int, int,
+                                cudaStream_t);
+struct StagedShape {
+  const char* name;
+  StagedLauncher launch;
+};
+constexpr StagedShape kStagedShapes[] = {{"256x8x3", launch_gemv_staged<256, 8, 3>},
+                                         {"256x4x3", launch_gemv_staged<256, 4, 3>},
+                                         {"256x8x2", launch_gemv_staged<256, 8, 2>},
+                                         {"128x8x3", launch_gemv_staged<128, 8, 3>},
+                                         {"128x4x4", launch_gemv_staged<128, 4, 4>}};
+
+// The shape named `name`; std::invalid_argument naming `what` and the valid names otherwise.
+const StagedShape& staged_shape(const std::string& name, const std::string& what) {
+  for (const StagedShape& shape : kStagedShapes) {
+    if (name == shape.name) return shape;
+  }
   std::string valid;
-  for (const char* shape : kStagedShapes) valid += (valid.empty() ? "" : ", ") + std::string(shape);
-  return valid;
+  for (const StagedShape& shape : kStagedShapes) {
+    valid += (valid.empty() ? "" : ", ") + std::string(shape.name);
+  }
+  throw std::invalid_argument(what + "=" + name + ": valid values are " + valid);
 }
+
+// What serves M = 1 from which N on, read once: BIH_TPINV_STAGED (256x8x3 by default) and
+// BIH_TPINV_STAGED_MIN_N (4096 by default).
 struct StagedGemv {
-  std::string shape = "256x8x3";
+  StagedLauncher launch = nullptr;
   int min_n = 4096;
 };
 const StagedGemv& staged_gemv() {
   static const StagedGemv chosen = [] {
     StagedGemv g;
-    if (const char* v = std::getenv("BIH_TPINV_STAGED")) g.shape = v;
-    if (std::find(std::begin(kStagedShapes), std::end(kStagedShapes), g.shape) ==
-        std::end(kStagedShapes)) {
-      throw std::invalid_argument("BIH_TPINV_STAGED=" + g.shape + ": valid values are " +
-                                  staged_shape_list());
-    }
+    const char* shape = std::getenv("BIH_TPINV_STAGED");
+    g.launch =
+        staged_shape(shape != nullptr ? shape : kStagedShapes[0].name, "BIH_TPINV_STAGED").launch;
     if (const char* v = std::getenv("BIH_TPINV_STAGED_MIN_N")) {
       char* end = nullptr;
       const long n = std::strtol(v, &end, 10);
@@ -468,21 +486,6 @@ const StagedGemv& staged_gemv() {
     return g;
   }();
   return chosen;
-}
-
-bool launch_gemv_staged_as(const std::string& shape, const void* x, const void* w, void* y_bf16,
-                           float* y_f32, int N, int K, int chunks, cudaStream_t stream) {
-  if (shape == "256x8x3")
-    return launch_gemv_staged<256, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-  if (shape == "256x4x3")
-    return launch_gemv_staged<256, 4, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-  if (shape == "256x8x2")
-    return launch_gemv_staged<256, 8, 2>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-  if (shape == "128x8x3")
-    return launch_gemv_staged<128, 8, 3>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-  if (shape == "128x4x4")
-    return launch_gemv_staged<128, 4, 4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
-  throw std::invalid_argument("staged GEMV shape " + shape + ": not one of " + staged_shape_list());
 }
 
 template <int kSplit>
@@ -530,12 +533,19 @@ void launch_tm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, 
 
 }  // namespace
 
-std::span<const char* const> chunk_tree_staged_shapes() { return kStagedShapes; }
+std::span<const char* const> chunk_tree_staged_shapes() {
+  static const auto names = [] {
+    std::array<const char*, std::size(kStagedShapes)> out{};
+    for (size_t i = 0; i < out.size(); ++i) out[i] = kStagedShapes[i].name;
+    return out;
+  }();
+  return names;
+}
 
 bool launch_chunk_tree_gemv_staged(const std::string& shape, const void* x, const void* w,
                                    void* y_bf16, float* y_f32, int N, int K, int chunks,
                                    cudaStream_t stream) {
-  return launch_gemv_staged_as(shape, x, w, y_bf16, y_f32, N, K, chunks, stream);
+  return staged_shape(shape, "staged GEMV shape").launch(x, w, y_bf16, y_f32, N, K, chunks, stream);
 }
 
 void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y_f32, int M, int N,
@@ -551,7 +561,7 @@ void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y
   // 310 -> 191); narrower outputs have too few chain sets to fill the GPU from shared memory, and
   // the four-threads-per-chain-set register kernel is faster there (o_proj 8.4 us, down 17.7).
   if (M == 1 && vector && N >= staged_gemv().min_n &&
-      launch_gemv_staged_as(staged_gemv().shape, x, w, y_bf16, y_f32, N, K, chunks, stream))
+      staged_gemv().launch(x, w, y_bf16, y_f32, N, K, chunks, stream))
     return;
   if (M == 1 && vector) return launch_gemv<4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
   if (M == 1) return launch_tm<1>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
