@@ -27,6 +27,7 @@ Rendezvous::Rendezvous(int size, std::chrono::milliseconds watchdog, std::string
       on_complete_(std::move(on_complete)),
       arrived_(size, 0),
       posted_(size),
+      arriving_order_(size, 0),
       inputs_(size, nullptr),
       inputs_f32_(size, nullptr),
       arrival_order_(size, 0) {
@@ -72,7 +73,7 @@ void Rendezvous::sleep_before_arrival() {
 
 std::string Rendezvous::describe_call(const Posted& posted, uint64_t call) const {
   return std::string(to_string(posted.op)) + " (call " + std::to_string(call) + ", count " +
-         std::to_string(posted.count) + ")";
+         std::to_string(posted.count) + (posted.barriers == 1 ? ", one barrier" : "") + ")";
 }
 
 bool Rendezvous::spin_until_released(uint64_t generation) const {
@@ -140,13 +141,19 @@ void Rendezvous::arrive_and_wait_locked(std::unique_lock<std::mutex>& lock, int 
 std::string Rendezvous::complete_publish_locked() {
   const Posted& first = posted_[0];
   for (int r = 1; r < size_; ++r) {
-    if (posted_[r].op != first.op || posted_[r].count != first.count) {
+    if (posted_[r].op != first.op || posted_[r].count != first.count ||
+        posted_[r].barriers != first.barriers) {
       return name_ + ": ranks disagree on collective call " + std::to_string(next_call_) +
              ": rank 0 called " + describe_call(first, next_call_) + ", rank " + std::to_string(r) +
              " called " + describe_call(posted_[r], next_call_);
     }
   }
   current_call_ = next_call_++;
+  for (int r = 0; r < size_; ++r) {
+    inputs_[r] = posted_[r].in;
+    inputs_f32_[r] = posted_[r].in_f32;
+  }
+  arrival_order_ = arriving_order_;
   if (on_complete_) on_complete_(first);
   return {};
 }
@@ -156,9 +163,7 @@ uint64_t Rendezvous::publish_and_wait(int rank, const Posted& posted, const Last
   if (aborted_) throw CommAborted(abort_reason_);
   const uint64_t call = next_call_;  // the call in progress until the last arrival completes it
   posted_[rank] = posted;
-  inputs_[rank] = posted.in;
-  inputs_f32_[rank] = posted.in_f32;
-  arrival_order_[arrived_count_] = rank;
+  arriving_order_[arrived_count_] = rank;
   if (arrived_count_ + 1 == size_) {
     // The last arrival validates before releasing anyone, so nobody computes on a bad call.
     std::string error = complete_publish_locked();

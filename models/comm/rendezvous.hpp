@@ -1,10 +1,12 @@
 // rendezvous.hpp: how an emulated group's ranks meet for one collective (CPU and GPU groups).
 //
-// A collective is two barriers. At barrier 1 each rank posts its op, input and count; the last to
-// arrive checks that every rank called the same collective and completes the call, and the order
-// of arrival is recorded (the `arrival` order model sums along it). Between the barriers each
-// rank reads its peers' inputs. Barrier 2 holds every rank until all have read, so that no input
-// is overwritten while a peer still reads it.
+// A collective is one or two barriers. At barrier 1 each rank posts its op, input and count; the
+// last to arrive checks that every rank called the same collective and completes the call, and the
+// order of arrival is recorded (the `arrival` order model sums along it). After barrier 1 each rank
+// reads its peers' inputs. Barrier 2 holds every rank until all have read, so that no input is
+// overwritten while a peer still reads it. A group whose ranks post inputs that nothing overwrites
+// before the next call has been met (the GPU group's eager staging copies) skips barrier 2: a call
+// posts how many barriers it takes, and every rank must post the same.
 //
 // The last rank to arrive at either barrier may run work for the whole group before anyone is
 // released (the GPU group joins every rank's stream on one hub stream there: n event waits
@@ -49,6 +51,7 @@ class Rendezvous {
     const bf16* in = nullptr;
     size_t count = 0;
     const float* in_f32 = nullptr;  // the fp32 collectives' input (in stays null)
+    int barriers = 2;               // 1: no finish_and_wait follows (see the top of this file)
   };
 
   // name: how messages call the group ("emulated comm"). watchdog: longest a rank may wait at a
@@ -92,8 +95,9 @@ class Rendezvous {
   // order, and `arrival` models a timing-dependent order.
   static void sleep_before_arrival();
 
-  // Between the barriers of the current call (written at barrier 1; the barriers order the
-  // accesses): every rank's posted input, and arrival position -> rank.
+  // The latest completed call's posted inputs and arrival position -> rank: written when the last
+  // rank arrives at barrier 1, so a rank may read them from its release until it arrives at its
+  // next barrier (a fast peer posting the next call does not touch them).
   const std::vector<const bf16*>& inputs() const { return inputs_; }
   const std::vector<const float*>& inputs_f32() const { return inputs_f32_; }
   const std::vector<int>& arrival_order() const { return arrival_order_; }
@@ -128,9 +132,10 @@ class Rendezvous {
   uint64_t next_call_ = 0;
   uint64_t current_call_ = 0;
   std::vector<Posted> posted_;            // [size]
-  std::vector<const bf16*> inputs_;       // [size]: posted_[r].in
-  std::vector<const float*> inputs_f32_;  // [size]: posted_[r].in_f32
-  std::vector<int> arrival_order_;        // [size]
+  std::vector<int> arriving_order_;       // [size]: the current call's arrivals so far
+  std::vector<const bf16*> inputs_;       // [size]: posted_[r].in of the latest completed call
+  std::vector<const float*> inputs_f32_;  // [size]: posted_[r].in_f32 of that call
+  std::vector<int> arrival_order_;        // [size]: arriving_order_ of that call
 };
 
 }  // namespace bih

@@ -89,6 +89,10 @@ void EmulatedGpuRank::release() noexcept {
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
     if (scratch_ != nullptr) cudaFreeAsync(scratch_, stream_);
+    for (Staging& slot : staging_) {
+      if (slot.data != nullptr) cudaFreeAsync(slot.data, stream_);
+      slot = Staging{};
+    }
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
@@ -161,16 +165,22 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
   cudaCheck(cudaSetDevice(device));
   cudaCheck(cudaStreamCreateWithFlags(&hub_.stream, cudaStreamNonBlocking));
   cudaCheck(cudaEventCreateWithFlags(&hub_.inputs_ready, cudaEventDisableTiming));
-  cudaCheck(cudaEventCreateWithFlags(&hub_.reads_done, cudaEventDisableTiming));
-  join_inputs_ = [this] { join_on_hub(&EmulatedGpuRank::input_ready_); };
-  join_reads_ = [this] { join_on_hub(&EmulatedGpuRank::read_done_); };
+  join_inputs_ = [this] { join_on_hub(); };
   ranks_.reserve(size);
   for (int r = 0; r < size; ++r) {
     ranks_.push_back(std::unique_ptr<EmulatedGpuRank>(new EmulatedGpuRank(this, r)));
   }
 }
 
-EmulatedGpuGroup::~EmulatedGpuGroup() = default;
+EmulatedGpuGroup::~EmulatedGpuGroup() {
+  // A rank's staging slots may still be read by a peer's stream after its own stream is done
+  // (there is no second barrier eagerly): every stream drains before any rank frees anything.
+  cudaSetDevice(device_);
+  for (const auto& r : ranks_) {
+    if (r->stream_ != nullptr) cudaStreamSynchronize(r->stream_);
+  }
+  cudaGetLastError();
+}
 
 EmulatedGpuGroup::Hub::~Hub() {
   if (stream != nullptr) {
@@ -178,7 +188,6 @@ EmulatedGpuGroup::Hub::~Hub() {
     cudaStreamDestroy(stream);
   }
   if (inputs_ready != nullptr) cudaEventDestroy(inputs_ready);
-  if (reads_done != nullptr) cudaEventDestroy(reads_done);
   cudaGetLastError();
 }
 
@@ -207,23 +216,15 @@ void EmulatedGpuGroup::check_pointer(int rank, const void* p, size_t count, cons
   seen.push_back(p);
 }
 
-CUevent_st* EmulatedGpuGroup::hub_event(CUevent_st* EmulatedGpuRank::*which) const {
-  return which == &EmulatedGpuRank::input_ready_ ? hub_.inputs_ready : hub_.reads_done;
+void EmulatedGpuGroup::join_on_hub() {
+  for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(hub_.stream, r->input_ready_, 0));
+  cudaCheck(cudaEventRecord(hub_.inputs_ready, hub_.stream));
 }
 
-void EmulatedGpuGroup::join_on_hub(CUevent_st* EmulatedGpuRank::*which) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  cudaCheck(cudaStreamIsCapturing(ranks_[0]->stream_, &capture));
-  hub_joined_ = capture == cudaStreamCaptureStatusNone;
-  if (!hub_joined_) return;
-  for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(hub_.stream, r.get()->*which, 0));
-  cudaCheck(cudaEventRecord(hub_event(which), hub_.stream));
-}
-
-void EmulatedGpuGroup::wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which) {
+void EmulatedGpuGroup::wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which, bool on_hub) {
   cudaStream_t stream = ranks_[rank]->stream_;
-  if (hub_joined_) {
-    cudaCheck(cudaStreamWaitEvent(stream, hub_event(which), 0));
+  if (on_hub) {
+    cudaCheck(cudaStreamWaitEvent(stream, hub_.inputs_ready, 0));
     return;
   }
   for (int q = 0; q < size_; ++q) {
@@ -242,63 +243,124 @@ void EmulatedGpuGroup::single_rank_copy(const bf16* in, bf16* out, size_t count)
   cudaCheck(cudaMemcpyAsync(out, in, count * sizeof(bf16), cudaMemcpyDeviceToDevice, me.stream_));
 }
 
+bool EmulatedGpuGroup::capturing(int rank) const {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaCheck(cudaStreamIsCapturing(ranks_[rank]->stream_, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+const void* EmulatedGpuGroup::stage_input(int rank, const void* in, size_t bytes) {
+  EmulatedGpuRank& me = *ranks_[rank];
+  EmulatedGpuRank::Staging& slot = me.staging_[me.staging_parity_];
+  me.staging_parity_ ^= 1;
+  if (bytes > slot.capacity) {
+    // Stream-ordered like every use of the slot; see the reuse rule in emulated_gpu.hpp.
+    const size_t capacity = std::max(bytes, 2 * slot.capacity);
+    if (slot.data != nullptr) cudaCheck(cudaFreeAsync(slot.data, me.stream_));
+    slot.data = nullptr;
+    slot.capacity = 0;
+    cudaCheck(cudaMallocAsync(&slot.data, capacity, me.stream_));
+    slot.capacity = capacity;
+  }
+  if (bytes != 0) {
+    cudaCheck(cudaMemcpyAsync(slot.data, in, bytes, cudaMemcpyDeviceToDevice, me.stream_));
+  }
+  return slot.data;
+}
+
+void EmulatedGpuGroup::meet(int rank, const Meeting& m, const std::function<void(bool)>& reads,
+                            const std::function<void()>& after_reads) {
+  EmulatedGpuRank& me = *ranks_[rank];
+  Rendezvous::Posted posted{m.op, nullptr, m.count};
+  rendezvous_.run_or_abort(rank, m.name, [&] {
+    cudaCheck(cudaSetDevice(device_));
+    m.check();
+    posted.barriers = capturing(rank) ? 2 : 1;
+    const void* in = posted.barriers == 1 ? stage_input(rank, m.in, m.in_bytes) : m.in;
+    if (m.f32) {
+      posted.in_f32 = static_cast<const float*>(in);
+    } else {
+      posted.in = static_cast<const bf16*>(in);
+    }
+    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
+  });
+  if (m.arrival) Rendezvous::sleep_before_arrival();
+  const bool staged = posted.barriers == 1;
+  const uint64_t call = rendezvous_.publish_and_wait(
+      rank, posted, staged ? join_inputs_ : Rendezvous::LastArrivalWork{});
+  rendezvous_.run_or_abort(rank, m.name, [&] {
+    me.last_arrival_order_ = rendezvous_.arrival_order();
+    wait_for_peers(rank, &EmulatedGpuRank::input_ready_, staged);
+    reads(staged);
+    if (!staged) cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
+  });
+  if (staged) return;
+  rendezvous_.finish_and_wait(rank, call);
+  // Peers' later work on their streams may overwrite their inputs only after this rank read them,
+  // and vice versa.
+  rendezvous_.run_or_abort(rank, m.name, [&] {
+    wait_for_peers(rank, &EmulatedGpuRank::read_done_, false);
+    if (after_reads) after_reads();
+  });
+}
+
 void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
   if (size_ == 1) return single_rank_copy(data, data, count);
   EmulatedGpuRank& me = *ranks_[rank];
-  rendezvous_.run_or_abort(rank, "all_reduce", [&] {
-    cudaCheck(cudaSetDevice(device_));
-    check_pointer(rank, data, count, "all_reduce data");
-    me.reserve_scratch(count);
-    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
-  });
-  if (orders_.all_reduce == ReduceOrder::arrival) Rendezvous::sleep_before_arrival();
-  const uint64_t call =
-      rendezvous_.publish_and_wait(rank, {CollectiveOp::all_reduce, data, count}, join_inputs_);
-  rendezvous_.run_or_abort(rank, "all_reduce", [&] {
-    me.last_arrival_order_ = rendezvous_.arrival_order();
-    wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
-    if (count == 0) return;
-    const RankSequences sequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()};
-    // The chain is constant over a ring chunk (ring) or over the whole message (other orders):
-    // one launch per such segment, with the chain the pure model gives its first element.
-    const size_t segment =
-        orders_.all_reduce == ReduceOrder::ring ? ring_chunk_size(count, size_) : count;
-    for (size_t begin = 0; begin < count; begin += segment) {
-      const std::vector<int> chain =
-          all_reduce_chain(orders_.all_reduce, size_, count, begin, sequences);
-      detail::ChainSumArgs args = chain_sum_args(orders_.all_reduce, rendezvous_.inputs(), chain);
-      args.input_offset = begin;
-      args.count = std::min(segment, count - begin);
-      args.out = bits_of(me.scratch_ + begin);
-      detail::launch_chain_sum(args, me.stream_);
-    }
-    cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
-  });
-  rendezvous_.finish_and_wait(rank, call, join_reads_);
-  rendezvous_.run_or_abort(rank, "all_reduce", [&] {
-    // `data` is every peer's input too: overwrite it only after all of them have read it.
-    wait_for_peers(rank, &EmulatedGpuRank::read_done_);
-    if (count == 0) return;
-    cudaCheck(cudaMemcpyAsync(data, me.scratch_, count * sizeof(bf16), cudaMemcpyDeviceToDevice,
-                              me.stream_));
-  });
+  const Meeting meeting{CollectiveOp::all_reduce,
+                        "all_reduce",
+                        data,
+                        count * sizeof(bf16),
+                        count,
+                        false,
+                        orders_.all_reduce == ReduceOrder::arrival,
+                        [&] { check_pointer(rank, data, count, "all_reduce data"); }};
+  meet(
+      rank, meeting,
+      [&](bool staged) {
+        if (count == 0) return;
+        // Staged, nobody reads `data` but this rank. Otherwise `data` is every peer's input too:
+        // the sum goes to scratch and over `data` after the second barrier.
+        if (!staged) me.reserve_scratch(count);
+        bf16* const out = staged ? data : me.scratch_;
+        const RankSequences sequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()};
+        // The chain is constant over a ring chunk (ring) or over the whole message (other orders):
+        // one launch per such segment, with the chain the pure model gives its first element.
+        const size_t segment =
+            orders_.all_reduce == ReduceOrder::ring ? ring_chunk_size(count, size_) : count;
+        for (size_t begin = 0; begin < count; begin += segment) {
+          const std::vector<int> chain =
+              all_reduce_chain(orders_.all_reduce, size_, count, begin, sequences);
+          detail::ChainSumArgs args =
+              chain_sum_args(orders_.all_reduce, rendezvous_.inputs(), chain);
+          args.input_offset = begin;
+          args.count = std::min(segment, count - begin);
+          args.out = bits_of(out + begin);
+          detail::launch_chain_sum(args, me.stream_);
+        }
+      },
+      [&] {
+        if (count == 0) return;
+        cudaCheck(cudaMemcpyAsync(data, me.scratch_, count * sizeof(bf16), cudaMemcpyDeviceToDevice,
+                                  me.stream_));
+      });
 }
 
 void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_t count) {
   if (size_ == 1) return single_rank_copy(in, out, count);
   EmulatedGpuRank& me = *ranks_[rank];
-  rendezvous_.run_or_abort(rank, "reduce_scatter", [&] {
-    cudaCheck(cudaSetDevice(device_));
-    check_pointer(rank, in, count * size_, "a reduce_scatter input");
-    check_pointer(rank, out, count, "a reduce_scatter output");
-    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
-  });
-  if (orders_.reduce_scatter == ReduceOrder::arrival) Rendezvous::sleep_before_arrival();
-  const uint64_t call =
-      rendezvous_.publish_and_wait(rank, {CollectiveOp::reduce_scatter, in, count}, join_inputs_);
-  rendezvous_.run_or_abort(rank, "reduce_scatter", [&] {
-    me.last_arrival_order_ = rendezvous_.arrival_order();
-    wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
+  const Meeting meeting{CollectiveOp::reduce_scatter,
+                        "reduce_scatter",
+                        in,
+                        count * size_ * sizeof(bf16),
+                        count,
+                        false,
+                        orders_.reduce_scatter == ReduceOrder::arrival,
+                        [&] {
+                          check_pointer(rank, in, count * size_, "a reduce_scatter input");
+                          check_pointer(rank, out, count, "a reduce_scatter output");
+                        }};
+  meet(rank, meeting, [&](bool) {
     const std::vector<int> chain = reduce_scatter_chain(
         orders_.reduce_scatter, size_, rank,
         RankSequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()});
@@ -309,45 +371,31 @@ void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_
     args.count = count;
     args.out = bits_of(out);
     detail::launch_chain_sum(args, me.stream_);
-    cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call, join_reads_);
-  // Peers' later work on their streams may overwrite their inputs only after this rank read them,
-  // and vice versa.
-  rendezvous_.run_or_abort(rank, "reduce_scatter",
-                           [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
 
 void EmulatedGpuGroup::all_gather(int rank, const bf16* in, bf16* out, size_t count) {
   if (size_ == 1) return single_rank_copy(in, out, count);
   EmulatedGpuRank& me = *ranks_[rank];
-  rendezvous_.run_or_abort(rank, "all_gather", [&] {
-    cudaCheck(cudaSetDevice(device_));
-    check_pointer(rank, in, count, "an all_gather input");
-    check_pointer(rank, out, count * size_, "an all_gather output");
-    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
-  });
-  const uint64_t call =
-      rendezvous_.publish_and_wait(rank, {CollectiveOp::all_gather, in, count}, join_inputs_);
-  rendezvous_.run_or_abort(rank, "all_gather", [&] {
-    me.last_arrival_order_ = rendezvous_.arrival_order();
-    wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
-    // In place (in == out + rank*count) the own block is already there: the kernel skips it.
+  const Meeting meeting{
+      CollectiveOp::all_gather, "all_gather", in, count * sizeof(bf16), count, false, false, [&] {
+        check_pointer(rank, in, count, "an all_gather input");
+        check_pointer(rank, out, count * size_, "an all_gather output");
+      }};
+  meet(rank, meeting, [&](bool) {
+    // In place (in == out + rank*count, unstaged) the own block is already there: the kernel
+    // skips it.
     detail::GatherArgs args;
     for (int q = 0; q < size_; ++q) args.inputs[q] = bits_of(rendezvous_.inputs()[q]);
     args.ranks = size_;
     args.count = count;
     args.out = bits_of(out);
     detail::launch_gather(args, me.stream_);
-    cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
-  rendezvous_.finish_and_wait(rank, call, join_reads_);
-  rendezvous_.run_or_abort(rank, "all_gather",
-                           [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
 }
 
 // The tree's sum reads every rank's fp32 input and writes only this rank's bf16 output, so no
-// scratch is needed; the second barrier keeps the inputs alive until every rank has read them.
+// scratch is needed.
 void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char* name,
                                            const float* in, bf16* out, size_t offset,
                                            size_t count) {
@@ -378,21 +426,9 @@ void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char
     launch({in});
     return;
   }
-  rendezvous_.run_or_abort(rank, name, [&] {
-    check_pointers();
-    cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
-  });
-  const uint64_t call = rendezvous_.publish_and_wait(rank, {op, nullptr, count, in}, join_inputs_);
-  rendezvous_.run_or_abort(rank, name, [&] {
-    me.last_arrival_order_ = rendezvous_.arrival_order();
-    wait_for_peers(rank, &EmulatedGpuRank::input_ready_);
-    launch(rendezvous_.inputs_f32());
-    cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
-  });
-  rendezvous_.finish_and_wait(rank, call, join_reads_);
-  rendezvous_.run_or_abort(rank, name, [&] { wait_for_peers(rank, &EmulatedGpuRank::read_done_); });
+  const Meeting meeting{op, name, in, in_count * sizeof(float), count, true, false, check_pointers};
+  meet(rank, meeting, [&](bool) { launch(rendezvous_.inputs_f32()); });
 }
-
 }  // namespace bih::cuda
 
 namespace bih::cuda {

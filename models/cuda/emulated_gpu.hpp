@@ -7,16 +7,24 @@
 // everything enqueued there before (so a rank's kernels and collectives simply follow each other
 // on its stream), and later work on that stream sees the result.
 //
-// A collective is, per rank: record "my input is ready" on my stream; host barrier 1 (where the
-// arrival order is recorded); make my stream wait for every peer's "input ready"; launch the sum
-// (or the copies) that reads every rank's buffer and writes my output; record "I have read";
-// host barrier 2; make my stream wait for every peer's "I have read", so that nothing later on my
-// stream overwrites a buffer a peer still reads. all_reduce sums into a per-rank scratch and
-// copies it into `data` after that second wait, since `data` is also every peer's input.
-// Eagerly, the last rank to arrive at each barrier joins every rank's event on the group's hub
-// stream and each rank waits for the hub's one event: 2n stream operations per barrier instead
-// of n * (n - 1), which at TP=8 were most of an eager step's API calls. While the streams are
-// being captured into a graph the ranks wait for each other directly: there the waits are edges.
+// A collective, eagerly, is one host barrier per rank: copy my input into my staging slot and
+// record "my input is ready" on my stream; barrier 1 (where the arrival order is recorded, and the
+// last rank to arrive joins every rank's event on the group's hub stream); make my stream wait for
+// the hub's one event; launch the sum (or the copies) that reads every rank's staging slot and
+// writes my output (all_reduce writes `data` directly: peers read only my copy of it).
+// Each rank has two staging slots, used alternately: a slot is written again two collectives later,
+// when my stream has already waited for every peer's "input ready" of the collective in between,
+// which each peer recorded after its reads of this slot. So no second barrier is needed, and the
+// caller may overwrite its input as soon as the call returns. Against two barriers per collective
+// this halves the times the ranks' threads meet and cuts a collective's API calls per rank from
+// about nine to six, most of an eager step's host time at TP=8.
+//
+// While the streams are being captured into a graph, a collective is two barriers and no copy:
+// record "input ready"; barrier 1; wait for each peer's event directly (the waits become the
+// graph's edges); launch the sum that reads every rank's input in place; record "I have read";
+// barrier 2; wait for every peer's "I have read", so that nothing later overwrites an input a peer
+// still reads. all_reduce sums into a per-rank scratch there and copies it into `data` after that
+// second wait. Every rank of a call must be capturing or none (checked at barrier 1).
 //
 // The host picks each element's chain with the pure functions of reduce_order.hpp; the device
 // only adds (emulated_gpu_kernels.hpp). Results are bitwise the CPU EmulatedGroup's for every
@@ -29,6 +37,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -84,9 +93,17 @@ class EmulatedGpuRank final : public Communicator {
   int rank_;
   CUstream_st* stream_ = nullptr;
   CUevent_st* input_ready_ = nullptr;  // recorded before barrier 1
-  CUevent_st* read_done_ = nullptr;    // recorded once this rank's reads of its peers are enqueued
-  bf16* scratch_ = nullptr;  // [scratch_capacity_] device: all_reduce result before the copy
+  CUevent_st* read_done_ = nullptr;    // captured: recorded once this rank's reads are enqueued
+  bf16* scratch_ =
+      nullptr;  // [scratch_capacity_] device: captured all_reduce's sum before the copy
   size_t scratch_capacity_ = 0;
+  // Eager collectives' copies of this rank's input, the slot alternating from call to call.
+  struct Staging {
+    void* data = nullptr;  // [capacity] bytes, device
+    size_t capacity = 0;
+  };
+  Staging staging_[2];
+  int staging_parity_ = 0;
   std::vector<int> last_arrival_order_;
   std::vector<const void*> device_pointers_seen_;  // start addresses check_pointer passed
 };
@@ -100,7 +117,7 @@ class EmulatedGpuGroup {
   EmulatedGpuGroup(int size, CollectiveOrders orders, std::vector<int> ring_order = {},
                    int device = 0,
                    std::chrono::milliseconds watchdog = std::chrono::milliseconds::zero());
-  ~EmulatedGpuGroup();  // waits for every rank's stream, then frees streams, events and scratch
+  ~EmulatedGpuGroup();  // waits for every rank's stream, then frees streams, events and buffers
   EmulatedGpuGroup(const EmulatedGpuGroup&) = delete;
   EmulatedGpuGroup& operator=(const EmulatedGpuGroup&) = delete;
 
@@ -131,33 +148,50 @@ class EmulatedGpuGroup {
   // A group of one: checks for abort, then copies in -> out on the rank's stream if they differ.
   void single_rank_copy(const bf16* in, bf16* out, size_t count);
 
+  // One collective call as every op meets it: what the peers read, and how to check the pointers.
+  struct Meeting {
+    CollectiveOp op;
+    const char* name;
+    const void* in;  // [in_bytes] device: what the peers read (the whole input)
+    size_t in_bytes;
+    size_t count;                 // the count all ranks must agree on
+    bool f32;                     // posted as Posted::in_f32 (the tree collectives)
+    bool arrival;                 // the op sums in arrival order: sleep a little before arriving
+    std::function<void()> check;  // the op's pointer checks
+  };
+  // Checks, stages (eagerly) or not (capturing), meets the peers at barrier 1, waits for their
+  // inputs on the rank's stream, then reads(staged) enqueues the rank's reads of
+  // rendezvous_.inputs() (or inputs_f32()) and its writes. Capturing, barrier 2 and the waits for
+  // the peers' reads follow, then after_reads().
+  void meet(int rank, const Meeting& m, const std::function<void(bool staged)>& reads,
+            const std::function<void()>& after_reads = {});
+  bool capturing(int rank) const;  // is this rank's stream being captured into a graph
+  // Copies `bytes` of `in` into the rank's next staging slot (grown, stream-ordered, if needed) on
+  // its stream; returns the slot.
+  const void* stage_input(int rank, const void* in, size_t bytes);
+
   // check_device_pointer, remembering the start addresses that passed (at most 64 per rank).
   void check_pointer(int rank, const void* p, size_t count, const char* what);
   // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_):
-  // through the hub when the last arrival joined them there (join_on_hub), else one by one.
-  void wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which);
-  // Runs as the last arrival's work at a barrier: unless the streams are capturing, the hub
-  // stream waits for event `which` of every rank and records its own event for them.
-  void join_on_hub(CUevent_st* EmulatedGpuRank::*which);
-  // Every rank's input ready / every rank's reads done, for join_on_hub to hand back.
-  CUevent_st* hub_event(CUevent_st* EmulatedGpuRank::*which) const;
+  // on_hub, through the hub's event that the last arrival joined them on (inputs only).
+  void wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which, bool on_hub);
+  // The last arrival's work at an eager barrier 1: the hub stream waits for every rank's
+  // input_ready_ and records its own event for them.
+  void join_on_hub();
 
   const int size_;
   const CollectiveOrders orders_;
   const std::vector<int> ring_order_;
   const int device_;
   // The hub (declared before ranks_: freed after the ranks' streams are drained): its stream and
-  // one event per barrier. hub_joined_ is written by the last arrival under the rendezvous lock
-  // and read by every rank after the barrier released it.
+  // the event every rank's stream waits for after an eager barrier 1.
   struct Hub {
     CUstream_st* stream = nullptr;
     CUevent_st* inputs_ready = nullptr;
-    CUevent_st* reads_done = nullptr;
     ~Hub();
   };
   Hub hub_;
-  bool hub_joined_ = false;
-  Rendezvous::LastArrivalWork join_inputs_, join_reads_;  // join_on_hub of either event
+  Rendezvous::LastArrivalWork join_inputs_;  // join_on_hub
   std::vector<std::unique_ptr<EmulatedGpuRank>> ranks_;
   // The barriers, abort and watchdog (rendezvous.hpp); its inputs() are device pointers here.
   Rendezvous rendezvous_;

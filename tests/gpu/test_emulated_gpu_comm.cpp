@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -292,6 +293,47 @@ TEST(EmulatedGpuCommTest, HundredsOfBackToBackCallsAreStableAtFourRanks) {
 TEST(EmulatedGpuCommTest, HundredsOfBackToBackCallsAreStableAtEightRanks) {
   BIH_SKIP_WITHOUT_GPU();
   expect_stable_over_many_calls(8, 120);
+}
+
+// Eagerly a collective returns once its reads are enqueued, with no second barrier (the peers read
+// staged copies): each rank overwrites its input right after every call, on its stream, while its
+// peers' reads may not have run yet. Every result must still be that of the inputs as they were.
+TEST(EmulatedGpuCommTest, AnInputOverwrittenRightAfterTheCallNeverReachesAPeer) {
+  BIH_SKIP_WITHOUT_GPU();
+  constexpr int n = 4;
+  constexpr int kIterations = 24;
+  constexpr size_t kCount = size_t{1} << 18;  // per rank: large enough that the sums take a while
+  EmulatedGpuGroup group(n, {ReduceOrder::tree, ReduceOrder::ring, ReduceOrder::ring}, {}, 0, 20s);
+  const RankSequences sequences{.ring = group.ring_order()};
+  const std::vector<bf16> garbage(kCount * n, bf16{0x7F80});  // +inf
+  std::atomic<int> mismatches{0};
+  const auto failures = run_ranks(group, [&](EmulatedGpuRank& comm, int r) {
+    DeviceBf16Buffer rs_in(kCount * n), rs_out(kCount), ag_in(kCount), ag_out(kCount * n);
+    for (int it = 0; it < kIterations; ++it) {
+      std::vector<std::vector<bf16>> rs_inputs, ag_inputs;
+      for (int q = 0; q < n; ++q) {
+        rs_inputs.push_back(random_bf16(kCount * n, 7000 + it * 17 + q));
+        ag_inputs.push_back(random_bf16(kCount, 9000 + it * 17 + q));
+      }
+      std::vector<bf16> rs_expected(kCount);
+      reduce_scatter_block(ReduceOrder::ring, pointers(rs_inputs), kCount, r, sequences,
+                           rs_expected.data());
+      std::vector<bf16> ag_expected;
+      for (const auto& block : ag_inputs) {
+        ag_expected.insert(ag_expected.end(), block.begin(), block.end());
+      }
+      rs_in.upload(rs_inputs[r], comm.stream());
+      ag_in.upload(ag_inputs[r], comm.stream());
+      comm.reduce_scatter(rs_in.data(), rs_out.data(), kCount);
+      rs_in.upload(garbage, comm.stream());
+      comm.all_gather(ag_in.data(), ag_out.data(), kCount);
+      ag_in.upload(std::span(garbage).first(kCount), comm.stream());
+      if (!same_bits(rs_out.download(comm.stream()), rs_expected)) ++mismatches;
+      if (!same_bits(ag_out.download(comm.stream()), ag_expected)) ++mismatches;
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(failures[r], "") << "rank " << r;
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(EmulatedGpuCommTest, ArrivalSumsAlongTheRecordedOrderAndVariesFromCallToCall) {
