@@ -314,14 +314,19 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
                         count,
                         false,
                         orders_.all_reduce == ReduceOrder::arrival,
-                        [&] { check_pointer(rank, data, count, "all_reduce data"); }};
+                        [&] {
+                          check_pointer(rank, data, count, "all_reduce data");
+                          // Eagerly too, though only a captured call sums into scratch: the eager
+                          // warm-up then sizes it, and a capture allocates nothing (an allocation
+                          // node the graph never frees would refuse its second launch).
+                          me.reserve_scratch(count);
+                        }};
   meet(
       rank, meeting,
       [&](bool staged) {
         if (count == 0) return;
         // Staged, nobody reads `data` but this rank. Otherwise `data` is every peer's input too:
         // the sum goes to scratch and over `data` after the second barrier.
-        if (!staged) me.reserve_scratch(count);
         bf16* const out = staged ? data : me.scratch_;
         const RankSequences sequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()};
         // The chain is constant over a ring chunk (ring) or over the whole message (other orders):
