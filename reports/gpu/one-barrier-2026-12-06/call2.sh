@@ -2,7 +2,7 @@
 # Call 2: after the scratch fix. The whole GPU suite; compute-sanitizer memcheck over the emulated
 # comm tests (the staging slots' stream-ordered growth and reuse); the GPU issue matrix with its
 # gate, one scenario after another as ci/device-check.sh runs it; the eager TP=8 cells again at
-# plan.solo_lanes 2 (16 rank threads: one per core, so the barriers spin).
+# plan.solo_lanes 2 and 1 (16 and 8 rank threads on 16 cores; a barrier spins only below 16).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 t=$(date +%s)
@@ -27,8 +27,10 @@ build-device/bih gate --expect ci/expectations-gpu.json /tmp/matrix >/tmp/gate.t
 echo "gate: exit $? ($(tail -1 /tmp/gate.txt))"
 python3 ci/matrix-timings.py /tmp/matrix >"$OUT/call2-matrix-timings.txt" 2>&1
 tail -1 "$OUT/call2-matrix-timings.txt"
-t=$(date +%s)
-build-device/bih run scenarios/issue-56370-gpu.json --only 'tp=8,*graph=none*' \
-  --set plan.solo_lanes=2 --out /tmp/lanes2 >/tmp/l.txt 2>&1
-echo "tp=8 eager cells, solo_lanes=2: exit $? in $(( $(date +%s) - t )) s"
-python3 ci/matrix-timings.py /tmp/lanes2 | cut -c1-110 | tee "$OUT/call2-tp8-lanes2.txt"
+for lanes in 2 1; do
+  t=$(date +%s)
+  build-device/bih run scenarios/issue-56370-gpu.json --only 'tp=8,*graph=none*' \
+    --set plan.solo_lanes=$lanes --out /tmp/lanes$lanes >/tmp/l.txt 2>&1
+  echo "tp=8 eager cells, solo_lanes=$lanes: exit $? in $(( $(date +%s) - t )) s"
+  python3 ci/matrix-timings.py /tmp/lanes$lanes | cut -c1-110 | tee -a "$OUT/call2-tp8-lanes.txt"
+done
