@@ -2,8 +2,13 @@
 #include "models/cuda/emulated_gpu.hpp"
 
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -48,6 +53,18 @@ void check_device_pointer(const void* p, size_t count, int device, int rank, con
                                 " passed " + what + " that is not device memory of GPU " +
                                 std::to_string(device));
   }
+}
+
+bool host_profile_requested() {
+  const char* flag = std::getenv("BIH_EMULATED_HOST_PROFILE");
+  return flag != nullptr && *flag != '\0' && std::strcmp(flag, "0") != 0;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point& since) {
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - since).count();
+  since = now;
+  return seconds;
 }
 
 const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
@@ -161,6 +178,7 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
       orders_(orders),
       ring_order_(resolve_ring_order(size, std::move(ring_order))),
       device_(device),
+      host_profile_(host_profile_requested()),
       rendezvous_(size, watchdog, "emulated GPU comm") {
   cudaCheck(cudaSetDevice(device));
   cudaCheck(cudaStreamCreateWithFlags(&hub_.stream, cudaStreamNonBlocking));
@@ -172,7 +190,31 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
   }
 }
 
+void EmulatedGpuGroup::print_host_profile() const {
+  EmulatedGpuRank::HostTimes all;
+  std::string barrier_by_rank;
+  for (const auto& r : ranks_) {
+    const EmulatedGpuRank::HostTimes& t = r->host_times_;
+    all.calls += t.calls;
+    all.before += t.before;
+    all.barrier += t.barrier;
+    all.after += t.after;
+    barrier_by_rank += fmt::format(" {:.1f}", t.calls ? 1e6 * t.barrier / t.calls : 0.0);
+  }
+  if (all.calls == 0) return;
+  const double us = 1e6 / static_cast<double>(all.calls);
+  std::fprintf(stderr, "%s",
+               fmt::format("emulated GPU group of {} ranks: {} collectives a rank; host time a "
+                           "collective a rank: {:.1f} us before the barrier (checks, staging "
+                           "copy, record), {:.1f} us at it, {:.1f} us after (waits, launches); at "
+                           "the barrier by rank (us):{}\n",
+                           size_, all.calls / size_, all.before * us, all.barrier * us,
+                           all.after * us, barrier_by_rank)
+                   .c_str());
+}
+
 EmulatedGpuGroup::~EmulatedGpuGroup() {
+  if (host_profile_) print_host_profile();
   // A rank's staging slots may still be read by a peer's stream after its own stream is done
   // (there is no second barrier eagerly): every stream drains before any rank frees anything.
   cudaSetDevice(device_);
@@ -271,6 +313,7 @@ const void* EmulatedGpuGroup::stage_input(int rank, const void* in, size_t bytes
 void EmulatedGpuGroup::meet(int rank, const Meeting& m, const std::function<void(bool)>& reads,
                             const std::function<void()>& after_reads) {
   EmulatedGpuRank& me = *ranks_[rank];
+  auto since = std::chrono::steady_clock::now();
   Rendezvous::Posted posted{m.op, nullptr, m.count};
   rendezvous_.run_or_abort(rank, m.name, [&] {
     cudaCheck(cudaSetDevice(device_));
@@ -285,17 +328,25 @@ void EmulatedGpuGroup::meet(int rank, const Meeting& m, const std::function<void
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
   if (m.arrival) Rendezvous::sleep_before_arrival();
+  EmulatedGpuRank::HostTimes& times = me.host_times_;
+  if (host_profile_) times.before += seconds_since(since);
   const bool staged = posted.barriers == 1;
   const uint64_t call = rendezvous_.publish_and_wait(
       rank, posted, staged ? join_inputs_ : Rendezvous::LastArrivalWork{});
+  if (host_profile_) times.barrier += seconds_since(since);
   rendezvous_.run_or_abort(rank, m.name, [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
     wait_for_peers(rank, &EmulatedGpuRank::input_ready_, staged);
     reads(staged);
     if (!staged) cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
   });
+  if (host_profile_) {
+    times.after += seconds_since(since);
+    ++times.calls;
+  }
   if (staged) return;
   rendezvous_.finish_and_wait(rank, call);
+  if (host_profile_) times.barrier += seconds_since(since);
   // Peers' later work on their streams may overwrite their inputs only after this rank read them,
   // and vice versa.
   rendezvous_.run_or_abort(rank, m.name, [&] {

@@ -104,6 +104,14 @@ class EmulatedGpuRank final : public Communicator {
   };
   Staging staging_[2];
   int staging_parity_ = 0;
+  // BIH_EMULATED_HOST_PROFILE=1: this rank's host time in its collectives, in seconds.
+  struct HostTimes {
+    uint64_t calls = 0;
+    double before = 0;   // checks, the staging copy, the record
+    double barrier = 0;  // publish_and_wait (and finish_and_wait while capturing)
+    double after = 0;    // the waits and launches
+  };
+  HostTimes host_times_;
   std::vector<int> last_arrival_order_;
   std::vector<const void*> device_pointers_seen_;  // start addresses check_pointer passed
 };
@@ -170,6 +178,9 @@ class EmulatedGpuGroup {
   // its stream; returns the slot.
   const void* stage_input(int rank, const void* in, size_t bytes);
 
+  // BIH_EMULATED_HOST_PROFILE=1: one line on stderr when the group ends.
+  void print_host_profile() const;
+
   // check_device_pointer, remembering the start addresses that passed (at most 64 per rank).
   void check_pointer(int rank, const void* p, size_t count, const char* what);
   // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_):
@@ -183,6 +194,7 @@ class EmulatedGpuGroup {
   const CollectiveOrders orders_;
   const std::vector<int> ring_order_;
   const int device_;
+  const bool host_profile_;  // BIH_EMULATED_HOST_PROFILE=1
   // The hub (declared before ranks_: freed after the ranks' streams are drained): its stream and
   // the event every rank's stream waits for after an eager barrier 1.
   struct Hub {
