@@ -105,11 +105,8 @@ void EmulatedGpuRank::release() noexcept {
   cudaSetDevice(group_->device_);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
-    if (scratch_ != nullptr) cudaFreeAsync(scratch_, stream_);
-    for (Staging& slot : staging_) {
-      if (slot.data != nullptr) cudaFreeAsync(slot.data, stream_);
-      slot = Staging{};
-    }
+    scratch_.free_on(stream_);
+    for (StreamBuffer& slot : staging_) slot.free_on(stream_);
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
@@ -117,8 +114,6 @@ void EmulatedGpuRank::release() noexcept {
   if (read_done_ != nullptr) cudaEventDestroy(read_done_);
   stream_ = nullptr;
   input_ready_ = read_done_ = nullptr;
-  scratch_ = nullptr;
-  scratch_capacity_ = 0;
   cudaGetLastError();
 }
 
@@ -157,17 +152,20 @@ void EmulatedGpuRank::synchronize() const {
   cudaCheck(cudaStreamSynchronize(stream_));
 }
 
-void EmulatedGpuRank::reserve_scratch(size_t count) {
-  if (count <= scratch_capacity_) return;
-  // Stream-ordered: the old scratch is released only after this stream's earlier copies out of it.
-  const size_t capacity = std::max(count, 2 * scratch_capacity_);
-  if (scratch_ != nullptr) cudaCheck(cudaFreeAsync(scratch_, stream_));
-  scratch_ = nullptr;
-  scratch_capacity_ = 0;
-  void* p = nullptr;
-  cudaCheck(cudaMallocAsync(&p, capacity * sizeof(bf16), stream_));
-  scratch_ = static_cast<bf16*>(p);
-  scratch_capacity_ = capacity;
+void EmulatedGpuRank::StreamBuffer::reserve(size_t bytes, CUstream_st* stream) {
+  if (bytes <= capacity) return;
+  const size_t grown = std::max(bytes, 2 * capacity);
+  if (data != nullptr) cudaCheck(cudaFreeAsync(data, stream));
+  data = nullptr;
+  capacity = 0;
+  cudaCheck(cudaMallocAsync(&data, grown, stream));
+  capacity = grown;
+}
+
+void EmulatedGpuRank::StreamBuffer::free_on(CUstream_st* stream) noexcept {
+  if (data != nullptr) cudaFreeAsync(data, stream);
+  data = nullptr;
+  capacity = 0;
 }
 
 // ---- EmulatedGpuGroup ---------------------------------------------------------------------------
@@ -293,17 +291,11 @@ bool EmulatedGpuGroup::capturing(int rank) const {
 
 const void* EmulatedGpuGroup::stage_input(int rank, const void* in, size_t bytes) {
   EmulatedGpuRank& me = *ranks_[rank];
-  EmulatedGpuRank::Staging& slot = me.staging_[me.staging_parity_];
+  EmulatedGpuRank::StreamBuffer& slot = me.staging_[me.staging_parity_];
   me.staging_parity_ ^= 1;
-  if (bytes > slot.capacity) {
-    // Stream-ordered like every use of the slot; see the reuse rule in emulated_gpu.hpp.
-    const size_t capacity = std::max(bytes, 2 * slot.capacity);
-    if (slot.data != nullptr) cudaCheck(cudaFreeAsync(slot.data, me.stream_));
-    slot.data = nullptr;
-    slot.capacity = 0;
-    cudaCheck(cudaMallocAsync(&slot.data, capacity, me.stream_));
-    slot.capacity = capacity;
-  }
+  // The slot's last readers finished before this stream's wait of the call in between
+  // (emulated_gpu.hpp), so its stream-ordered growth and the copy may overwrite it.
+  slot.reserve(bytes, me.stream_);
   if (bytes != 0) {
     cudaCheck(cudaMemcpyAsync(slot.data, in, bytes, cudaMemcpyDeviceToDevice, me.stream_));
   }
@@ -313,7 +305,8 @@ const void* EmulatedGpuGroup::stage_input(int rank, const void* in, size_t bytes
 void EmulatedGpuGroup::meet(int rank, const Meeting& m, const std::function<void(bool)>& reads,
                             const std::function<void()>& after_reads) {
   EmulatedGpuRank& me = *ranks_[rank];
-  auto since = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point since;
+  if (host_profile_) since = std::chrono::steady_clock::now();
   Rendezvous::Posted posted{m.op, nullptr, m.count};
   rendezvous_.run_or_abort(rank, m.name, [&] {
     cudaCheck(cudaSetDevice(device_));
@@ -370,7 +363,7 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
                           // Eagerly too, though only a captured call sums into scratch: the eager
                           // warm-up then sizes it, and a capture allocates nothing (an allocation
                           // node the graph never frees would refuse its second launch).
-                          me.reserve_scratch(count);
+                          me.scratch_.reserve(count * sizeof(bf16), me.stream_);
                         }};
   meet(
       rank, meeting,
@@ -378,7 +371,7 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
         if (count == 0) return;
         // Staged, nobody reads `data` but this rank. Otherwise `data` is every peer's input too:
         // the sum goes to scratch and over `data` after the second barrier.
-        bf16* const out = staged ? data : me.scratch_;
+        bf16* const out = staged ? data : static_cast<bf16*>(me.scratch_.data);
         const RankSequences sequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()};
         // The chain is constant over a ring chunk (ring) or over the whole message (other orders):
         // one launch per such segment, with the chain the pure model gives its first element.
@@ -397,8 +390,8 @@ void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
       },
       [&] {
         if (count == 0) return;
-        cudaCheck(cudaMemcpyAsync(data, me.scratch_, count * sizeof(bf16), cudaMemcpyDeviceToDevice,
-                                  me.stream_));
+        cudaCheck(cudaMemcpyAsync(data, me.scratch_.data, count * sizeof(bf16),
+                                  cudaMemcpyDeviceToDevice, me.stream_));
       });
 }
 

@@ -86,23 +86,24 @@ class EmulatedGpuRank final : public Communicator {
   friend class EmulatedGpuGroup;
   EmulatedGpuRank(EmulatedGpuGroup* group, int rank);  // creates the stream and events
   void release() noexcept;                             // waits for the stream, frees what exists
-  // Makes the all_reduce scratch hold at least `count` elements (stream-ordered reallocation).
-  void reserve_scratch(size_t count);
+
+  // Device memory this rank grows and frees in its stream's order, so the old block is released
+  // only after the stream's earlier uses of it (and whatever the stream waited for before).
+  struct StreamBuffer {
+    void* data = nullptr;  // [capacity] bytes, device
+    size_t capacity = 0;
+    void reserve(size_t bytes, CUstream_st* stream);  // at least `bytes`, growing by doubling
+    void free_on(CUstream_st* stream) noexcept;
+  };
 
   EmulatedGpuGroup* group_;
   int rank_;
   CUstream_st* stream_ = nullptr;
   CUevent_st* input_ready_ = nullptr;  // recorded before barrier 1
   CUevent_st* read_done_ = nullptr;    // captured: recorded once this rank's reads are enqueued
-  bf16* scratch_ =
-      nullptr;  // [scratch_capacity_] device: captured all_reduce's sum before the copy
-  size_t scratch_capacity_ = 0;
+  StreamBuffer scratch_;               // bf16: a captured all_reduce's sum before the copy
   // Eager collectives' copies of this rank's input, the slot alternating from call to call.
-  struct Staging {
-    void* data = nullptr;  // [capacity] bytes, device
-    size_t capacity = 0;
-  };
-  Staging staging_[2];
+  StreamBuffer staging_[2];
   int staging_parity_ = 0;
   // BIH_EMULATED_HOST_PROFILE=1: this rank's host time in its collectives, in seconds.
   struct HostTimes {
