@@ -27,6 +27,7 @@
 #include "models/cuda/device_info.hpp"
 #include "models/cuda/device_math.cuh"
 #include "models/cuda/kernels.hpp"
+#include "models/cuda/programmatic_launch.cuh"
 #include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
@@ -137,6 +138,7 @@ __global__ void __launch_bounds__(kAttentionThreads, kShort ? 8 : 1)
                      float scale, int vendor_splits, bool vector_copies, int keys_per_pass,
                      SplitTiles split_tiles, u16* out) {
   ptx::allow_dependent_launch();  // the o_proj GEMM after it may stream its weights meanwhile
+  ptx::wait_for_prerequisites();  // launched early (programmatic_launch.cuh)
   extern __shared__ __align__(16) unsigned char attention_smem[];
   __shared__ __align__(16) float q_s[kMaxHeadDim];
   __shared__ size_t key_offset[kKeysPerPass];  // the pass's keys' row offsets in the pools
@@ -530,10 +532,10 @@ void attention_with_splits(KernelFamily family, const bf16* q, const KvPool& kv,
   if (split) smem = std::max(smem, kSplitFoldSharedFloats * sizeof(float));
   const auto launch = [&](auto kernel) {
     allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), smem);
-    kernel<<<dim3(static_cast<unsigned>(blocks), segments), kAttentionThreads, smem, stream>>>(
-        bits_of(q), bits_of(kv.k), bits_of(kv.v), kv.block_size, kv.num_kv_heads, kv.head_dim,
-        batch, n_heads, n_heads / kv.num_kv_heads, scale, vendor_splits, vector_copies,
-        keys_per_pass, split_tiles, bits_of(out));
+    launch_early(kernel, dim3(static_cast<unsigned>(blocks), segments), dim3(kAttentionThreads),
+                 smem, stream, bits_of(q), bits_of(kv.k), bits_of(kv.v), kv.block_size,
+                 kv.num_kv_heads, kv.head_dim, batch, n_heads, n_heads / kv.num_kv_heads, scale,
+                 vendor_splits, vector_copies, keys_per_pass, split_tiles, bits_of(out));
   };
   const bool short_passes = keys_per_pass < kKeysPerPass;
   if (vendor) {

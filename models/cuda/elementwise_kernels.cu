@@ -9,6 +9,7 @@
 
 #include "models/cuda/device_math.cuh"
 #include "models/cuda/kernels.hpp"
+#include "models/cuda/programmatic_launch.cuh"
 #include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
@@ -32,6 +33,7 @@ constexpr int kElementThreads = 256;
 // grid-stride over M*I. gate_up: [M, 2I]; y: [M, I].
 __global__ void silu_mul_kernel(const u16* gate_up, u16* y, int64_t M, int64_t I) {
   ptx::allow_dependent_launch();  // a GEMM after it may stream its weights meanwhile
+  ptx::wait_for_prerequisites();  // launched early (programmatic_launch.cuh)
   const int64_t total = M * I;
   for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < total;
        e += int64_t{gridDim.x} * blockDim.x) {
@@ -73,8 +75,8 @@ void silu_mul(const bf16* gate_up, bf16* y, int M, int I, Stream stream) {
   if (M == 0) return;
   const int64_t total = int64_t{M} * I;
   const int64_t blocks = std::min<int64_t>((total + kElementThreads - 1) / kElementThreads, 65536);
-  silu_mul_kernel<<<static_cast<unsigned>(blocks), kElementThreads, 0, stream>>>(bits_of(gate_up),
-                                                                                 bits_of(y), M, I);
+  launch_early(silu_mul_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kElementThreads), 0,
+               stream, bits_of(gate_up), bits_of(y), int64_t{M}, int64_t{I});
   check_launch();
 }
 

@@ -48,6 +48,7 @@
 #include "models/cuda/check.hpp"
 #include "models/cuda/device_info.hpp"
 #include "models/cuda/gemm_skinny.hpp"
+#include "models/cuda/programmatic_launch.cuh"
 #include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
@@ -97,7 +98,7 @@ template <class R>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
-                         int M, int N, int K, int proxy_fence) {
+                         int M, int N, int K, int proxy_fence, int early_dependents) {
   constexpr int kConsumers = R::kConsumers;
   constexpr int kStages = R::kStages;
   constexpr int kBoxes = R::kBoxes;
@@ -115,6 +116,10 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
   const int lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows;
   const int stages = K / kStageK;
+  // The kernel after this one (a norm, SiLU-mul, the next GEMM in a bench chain), launched early
+  // too, becomes resident as this grid's blocks leave the multiprocessors and waits there for it
+  // to end: once every block of this one is resident, nothing of it can be displaced.
+  if (early_dependents) ptx::allow_dependent_launch();
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < kStages; ++slot) {
       mbarrier_init(full(slot), 1);
@@ -275,7 +280,8 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   config.attrs = &early;
   config.numAttrs = diagnostics().programmatic_launch ? 1 : 0;
   cudaCheck(cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N,
-                               K, diagnostics().proxy_fence ? 1 : 0));
+                               K, diagnostics().proxy_fence ? 1 : 0,
+                               step_kernels_launch_early() ? 1 : 0));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "models/cuda/device_math.cuh"
 #include "models/cuda/kernels.hpp"
+#include "models/cuda/programmatic_launch.cuh"
 #include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
@@ -37,6 +38,7 @@ using device::widen;
 template <int kPerThread>
 __global__ void rms_norm_kernel(const u16* x, const u16* w, u16* y, int H, float eps) {
   ptx::allow_dependent_launch();  // a GEMM after it may stream its weights meanwhile
+  ptx::wait_for_prerequisites();  // launched early (programmatic_launch.cuh)
   __shared__ float warp_sums[kNormThreads / 32];
   const u16* xr = x + static_cast<size_t>(blockIdx.x) * H;
   u16* yr = y + static_cast<size_t>(blockIdx.x) * H;
@@ -78,6 +80,7 @@ template <int kPerThread>
 __global__ void add_rms_norm_kernel(u16* residual, const u16* x, const u16* w, u16* y, int H,
                                     float eps) {
   ptx::allow_dependent_launch();
+  ptx::wait_for_prerequisites();
   __shared__ float warp_sums[kNormThreads / 32];
   u16* rr = residual + static_cast<size_t>(blockIdx.x) * H;
   const u16* xr = x + static_cast<size_t>(blockIdx.x) * H;
@@ -191,6 +194,8 @@ __global__ void qkv_norm_rope_write_kv_kernel(const u16* qkv, const u16* q_norm,
                                               const float* cos_table, const float* sin_table,
                                               int max_pos, u16* pool_k, u16* pool_v,
                                               int64_t num_slots, u16* q, u16* k) {
+  ptx::allow_dependent_launch();  // attention after it may be resident meanwhile
+  ptx::wait_for_prerequisites();  // launched early (programmatic_launch.cuh)
   __shared__ float values[kMaxHeadDim];
   const int heads = n_heads + kv_heads;
   const int row = blockIdx.x / heads;
@@ -247,8 +252,8 @@ void rms_norm(const bf16* x, const bf16* w, bf16* y, int M, int H, float eps, St
   require(M >= 0 && H > 0, "rms_norm: need M >= 0 and H > 0");
   if (M == 0) return;
   launch_norm_width(H, [&](auto width) {
-    rms_norm_kernel<decltype(width)::value>
-        <<<M, kNormThreads, 0, stream>>>(bits_of(x), bits_of(w), bits_of(y), H, eps);
+    launch_early(rms_norm_kernel<decltype(width)::value>, dim3(M), dim3(kNormThreads), 0, stream,
+                 bits_of(x), bits_of(w), bits_of(y), H, eps);
   });
 }
 
@@ -257,8 +262,8 @@ void add_rms_norm(bf16* residual, const bf16* x, const bf16* w, bf16* y, int M, 
   require(M >= 0 && H > 0, "add_rms_norm: need M >= 0 and H > 0");
   if (M == 0) return;
   launch_norm_width(H, [&](auto width) {
-    add_rms_norm_kernel<decltype(width)::value><<<M, kNormThreads, 0, stream>>>(
-        bits_of(residual), bits_of(x), bits_of(w), bits_of(y), H, eps);
+    launch_early(add_rms_norm_kernel<decltype(width)::value>, dim3(M), dim3(kNormThreads), 0,
+                 stream, bits_of(residual), bits_of(x), bits_of(w), bits_of(y), H, eps);
   });
 }
 
@@ -299,10 +304,10 @@ void qkv_norm_rope_write_kv(const bf16* qkv, const bf16* q_norm, const bf16* k_n
   require(blocks <= 2147483647,
           "qkv_norm_rope_write_kv: M * (n_heads + kv_heads) exceeds the grid");
   const int64_t num_slots = int64_t{kv.num_blocks} * kv.block_size;
-  qkv_norm_rope_write_kv_kernel<<<static_cast<unsigned>(blocks), kHeadThreads, 0, stream>>>(
-      bits_of(qkv), bits_of(q_norm), bits_of(k_norm), positions, slots, n_heads, kv_heads, head_dim,
-      eps, rope.cos(), rope.sin(), rope.max_pos(), bits_of(kv.k), bits_of(kv.v), num_slots,
-      bits_of(q), bits_of(k));
+  launch_early(qkv_norm_rope_write_kv_kernel, dim3(static_cast<unsigned>(blocks)),
+               dim3(kHeadThreads), 0, stream, bits_of(qkv), bits_of(q_norm), bits_of(k_norm),
+               positions, slots, n_heads, kv_heads, head_dim, eps, rope.cos(), rope.sin(),
+               rope.max_pos(), bits_of(kv.k), bits_of(kv.v), num_slots, bits_of(q), bits_of(k));
   check_launch();
 }
 
