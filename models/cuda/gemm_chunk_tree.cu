@@ -29,6 +29,7 @@
 #include "models/cuda/check.hpp"
 #include "models/cuda/gemm_chunk_tree.hpp"
 #include "models/cuda/gemm_chunk_tree_tiled.hpp"
+#include "models/cuda/programmatic_launch.cuh"
 #include "models/cuda/ptx.cuh"
 
 namespace bih::cuda {
@@ -261,6 +262,8 @@ __global__ void __launch_bounds__(kThreads)
                            uint16_t* __restrict__ y_bf16,   // [1, N] or null
                            float* __restrict__ y_f32,       // [1, N] or null
                            int N, int K, int chunks) {
+  ptx::allow_dependent_launch();  // the kernel after it may be resident meanwhile
+  ptx::wait_for_prerequisites();  // launched early (programmatic_launch.cuh)
   using Piece = SplitPiece<kSplit>;
   using Word = typename Piece::Word;
   constexpr int kHeld = Piece::kLanesHeld;
@@ -360,9 +363,7 @@ __global__ void __launch_bounds__(kT)
   uint4* xs = staged + kP * kT * (kS + 1);
   const uint4* xg = reinterpret_cast<const uint4*>(x);
   const uint4* wg = reinterpret_cast<const uint4*>(w);
-  for (int i = t; i < K / kLanes; i += kT) {
-    ptx::cp_async_16<0>(ptx::shared_address(xs + i / steps * (steps + 1) + i % steps), xg + i);
-  }
+  ptx::allow_dependent_launch();  // the kernel after it may be resident meanwhile
   const auto issue = [&](int g) {
     uint4* buffer = ring + (g % kP) * kT * (kS + 1);
 #pragma unroll
@@ -380,11 +381,16 @@ __global__ void __launch_bounds__(kT)
       }
     }
   };
+  // The weights depend on no kernel before this one: the first kP - 1 stages are asked for before
+  // the wait for those kernels (launched early, this runs while the one before it ends), x after
+  // it, by plain loads (the first stage's __syncthreads publishes them).
 #pragma unroll
   for (int g = 0; g < kP - 1; ++g) {
     if (g < stages) issue(g);
     ptx::cp_async_commit();
   }
+  ptx::wait_for_prerequisites();
+  for (int i = t; i < K / kLanes; i += kT) xs[i / steps * (steps + 1) + i % steps] = xg[i];
   float acc[1][kLanes];
 #pragma unroll
   for (int j = 0; j < kLanes; ++j) acc[0][j] = 0.0f;
@@ -429,10 +435,9 @@ bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32
   }();
   if (bytes > static_cast<size_t>(max_bytes)) return false;
   const int rows = kT / chunks;
-  chunk_tree_gemv_staged_kernel<kT, kS, kP><<<(N + rows - 1) / rows, kT, bytes, stream>>>(
-      static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-      static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks);
-  cudaCheck(cudaGetLastError());
+  launch_early(chunk_tree_gemv_staged_kernel<kT, kS, kP>, dim3((N + rows - 1) / rows), dim3(kT),
+               bytes, stream, static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
+               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks);
   return true;
 }
 
@@ -492,11 +497,10 @@ template <int kSplit>
 void launch_gemv(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K, int chunks,
                  cudaStream_t stream) {
   const int columns_per_block = kThreads / (kSplit * chunks);
-  chunk_tree_gemv_kernel<kSplit, 32>
-      <<<(N + columns_per_block - 1) / columns_per_block, kThreads, 0, stream>>>(
-          static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-          static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks);
-  cudaCheck(cudaGetLastError());
+  launch_early(chunk_tree_gemv_kernel<kSplit, 32>,
+               dim3((N + columns_per_block - 1) / columns_per_block), dim3(kThreads), 0, stream,
+               static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
+               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks);
 }
 
 template <int TM, int TN>

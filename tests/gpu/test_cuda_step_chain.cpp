@@ -2,12 +2,12 @@
 // before the one ahead of it ends (programmatic_launch.cuh), read only what that one finished.
 //
 // The chain is the MLP half of a layer at M=1 on qwen3-1.7b's shapes: add_rms_norm, the gate_up
-// GEMM (the skinny stream kernel, which lets its dependents start as it starts), silu_mul, the
-// down GEMM, add_rms_norm. Each output buffer is first filled with NaN bits, then the chain runs
-// kRounds times on one stream with nothing but kernels between them, so every boundary is an early
-// launch; every round's outputs must have the bits of the same chain run with a synchronize after
-// each kernel. A kernel that touched its input before its griddepcontrol.wait would read the NaN
-// fill or a half-written row.
+// GEMM, silu_mul, the down GEMM, add_rms_norm; the GEMMs are the invariant family's skinny stream
+// kernel (which lets its dependents start as it starts) or the tp_invariant family's GEMVs. Each
+// output buffer is first filled with NaN bits, then the chain runs kRounds times on one stream with
+// nothing but kernels between them, so every boundary is an early launch; every round's outputs
+// must have the bits of the same chain run with a synchronize after each kernel. A kernel that
+// touched its input before its griddepcontrol.wait would read the NaN fill or a half-written row.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -20,9 +20,11 @@
 #include <vector>
 
 #include "models/bf16.hpp"
+#include "models/cuda/gemm.hpp"
 #include "models/cuda/gemm_equivalence.hpp"
 #include "models/cuda/gemm_skinny.hpp"
 #include "models/cuda/kernels.hpp"
+#include "models/knobs.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 
 namespace {
@@ -42,23 +44,15 @@ std::vector<bf16> uniform_bf16(size_t n, uint64_t seed, float scale, float offse
   return v;
 }
 
-TEST(CudaStepChain, KernelsLaunchedEarlyReadOnlyTheFinishedOutputOfTheKernelBefore) {
-  BIH_SKIP_WITHOUT_GPU();
+// The chain kRounds times back to back against once with a synchronize after each kernel; `gemm`
+// runs y[M, N] = x[M, K] . w[N, K]^T on the stream.
+template <class Gemm>
+void expect_early_chain_equals_synchronized_chain(const char* family, Gemm&& gemm) {
   constexpr int H = 2048;  // hidden
   constexpr int I = 6144;  // MLP width
   constexpr int M = 1;
   constexpr float kEps = 1e-6f;
   constexpr int kRounds = 64;
-  if (!bih::cuda::skinny_stream_supports(M, 2 * I, H, reinterpret_cast<void*>(256),
-                                         reinterpret_cast<void*>(256))) {
-    GTEST_SKIP() << "the skinny stream GEMM does not serve these shapes here";
-  }
-  int device = 0;
-  int major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
-
   const DeviceBuffer<bf16> norm_w(uniform_bf16(H, 1, 0.25f, 1.0f));               // [H]
   const DeviceBuffer<bf16> gate_up_w(uniform_bf16(size_t{2} * I * H, 2, 0.03f));  // [2I, H]
   const DeviceBuffer<bf16> down_w(uniform_bf16(size_t{H} * I, 3, 0.02f));         // [H, I]
@@ -95,12 +89,11 @@ TEST(CudaStepChain, KernelsLaunchedEarlyReadOnlyTheFinishedOutputOfTheKernelBefo
     bih::cuda::add_rms_norm(r.residual->get(), attention_out.get(), norm_w.get(), r.normed->get(),
                             M, H, kEps, stream);
     step();
-    bih::cuda::launch_skinny_stream(r.normed->get(), gate_up_w.get(), r.gate_up->get(), M, 2 * I, H,
-                                    stream);
+    gemm(r.normed->get(), gate_up_w.get(), r.gate_up->get(), M, 2 * I, H, stream);
     step();
     bih::cuda::silu_mul(r.gate_up->get(), r.act->get(), M, I, stream);
     step();
-    bih::cuda::launch_skinny_stream(r.act->get(), down_w.get(), r.down->get(), M, H, I, stream);
+    gemm(r.act->get(), down_w.get(), r.down->get(), M, H, I, stream);
     step();
     bih::cuda::add_rms_norm(r.residual->get(), r.down->get(), norm_w.get(), r.out->get(), M, H,
                             kEps, stream);
@@ -136,11 +129,41 @@ TEST(CudaStepChain, KernelsLaunchedEarlyReadOnlyTheFinishedOutputOfTheKernelBefo
       const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
           pair.first->get(), pair.second->get(), pair.first->size(), nullptr);
       total += d.count;
-      EXPECT_EQ(d.count, 0u) << "round " << i << ", " << name << ": first at element " << d.first;
+      EXPECT_EQ(d.count, 0u) << family << ", round " << i << ", " << name << ": first at element "
+                             << d.first;
     }
   }
-  std::cout << "[step chain] " << kRounds << " rounds of 5 kernels launched early: " << total
+  std::cout << "[step chain] " << family << ": " << kRounds
+            << " rounds of 5 kernels launched early: " << total
             << " output elements differed from the synchronized chain\n";
+}
+
+TEST(CudaStepChain, InvariantKernelsLaunchedEarlyReadOnlyTheFinishedOutputOfTheKernelBefore) {
+  BIH_SKIP_WITHOUT_GPU();
+  int device = 0;
+  int major = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
+  ASSERT_TRUE(bih::cuda::skinny_stream_supports(1, 12288, 2048, reinterpret_cast<void*>(256),
+                                                reinterpret_cast<void*>(256)));
+  expect_early_chain_equals_synchronized_chain(
+      "invariant (skinny stream GEMM)",
+      [](const bf16* x, const bf16* w, bf16* y, int M, int N, int K, cudaStream_t stream) {
+        bih::cuda::launch_skinny_stream(x, w, y, M, N, K, stream);
+      });
+}
+
+// The tp_invariant family at M=1: the staged GEMV (gate_up, N=12288), which asks for its first
+// weight stages before its wait, and the register GEMV (down, N=2048).
+TEST(CudaStepChain, TpInvariantKernelsLaunchedEarlyReadOnlyTheFinishedOutputOfTheKernelBefore) {
+  BIH_SKIP_WITHOUT_GPU();
+  bih::cuda::CudaGemm gemm;
+  expect_early_chain_equals_synchronized_chain(
+      "tp_invariant (chunk-tree GEMVs)",
+      [&](const bf16* x, const bf16* w, bf16* y, int M, int N, int K, cudaStream_t stream) {
+        gemm.gemm(bih::KernelFamily::tp_invariant, x, w, y, M, N, K, stream);
+      });
 }
 
 }  // namespace
