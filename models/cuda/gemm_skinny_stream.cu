@@ -116,9 +116,8 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
   const int lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows;
   const int stages = K / kStageK;
-  // The kernel after this one (a norm, SiLU-mul, the next GEMM in a bench chain), launched early
-  // too, becomes resident as this grid's blocks leave the multiprocessors and waits there for it
-  // to end: once every block of this one is resident, nothing of it can be displaced.
+  // Only under BIH_STEP_PDL=2 (programmatic_launch.cuh): the kernel after this one may then be
+  // resident and waiting while this grid's blocks still run, which measured slower.
   if (early_dependents) ptx::allow_dependent_launch();
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < kStages; ++slot) {
@@ -281,7 +280,7 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   config.numAttrs = diagnostics().programmatic_launch ? 1 : 0;
   cudaCheck(cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N,
                                K, diagnostics().proxy_fence ? 1 : 0,
-                               step_kernels_launch_early() ? 1 : 0));
+                               gemms_release_dependents_early() ? 1 : 0));
 }
 
 }  // namespace

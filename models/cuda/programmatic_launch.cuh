@@ -13,8 +13,8 @@
 // Every kernel launched with launch_early must therefore wait before its first access; the
 // kernels ahead of it may let it start as early as they like (the norms do as they start).
 //
-// BIH_STEP_PDL=0 launches these kernels the ordinary way, and the skinny stream GEMM no longer lets
-// its dependents start early: the A/B of reports/gpu/step-pdl-2026-12-07.
+// The GEMMs themselves do not let the kernel after them start early: on an H100 that made one
+// step's GEMMs 4.5% slower and the bs=1 step 7% (BIH_STEP_PDL=2, reports/gpu/step-pdl-2026-12-07).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,19 +28,24 @@
 
 namespace bih::cuda {
 
-// BIH_STEP_PDL, read once: unset or 1 launches early, 0 does not.
-inline bool step_kernels_launch_early() {
-  static const bool early = [] {
+// BIH_STEP_PDL, read once: 0 launches the step's kernels the ordinary way; 1 (the default) launches
+// them early, the GEMMs letting the kernel after them start only as they end; 2 has the GEMMs let
+// it start as they start too (measured slower: reports/gpu/step-pdl-2026-12-07).
+inline int step_pdl_mode() {
+  static const int mode = [] {
     const char* value = std::getenv("BIH_STEP_PDL");
-    if (value == nullptr) return true;
+    if (value == nullptr) return 1;
     const std::string v = value;
-    if (v != "0" && v != "1") {
-      throw std::invalid_argument("BIH_STEP_PDL=" + v + ": valid values are 0 and 1");
+    if (v != "0" && v != "1" && v != "2") {
+      throw std::invalid_argument("BIH_STEP_PDL=" + v + ": valid values are 0, 1 and 2");
     }
-    return v == "1";
+    return std::stoi(v);
   }();
-  return early;
+  return mode;
 }
+inline bool step_kernels_launch_early() { return step_pdl_mode() >= 1; }
+// Whether a GEMM calls ptx::allow_dependent_launch as it starts (mode 2) rather than never.
+inline bool gemms_release_dependents_early() { return step_pdl_mode() == 2; }
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with programmatic stream serialization
 // where step_kernels_launch_early(). The kernel must start with ptx::wait_for_prerequisites.

@@ -3,11 +3,12 @@
 //
 // The chain is the MLP half of a layer at M=1 on qwen3-1.7b's shapes: add_rms_norm, the gate_up
 // GEMM, silu_mul, the down GEMM, add_rms_norm; the GEMMs are the invariant family's skinny stream
-// kernel (which lets its dependents start as it starts) or the tp_invariant family's GEMVs. Each
-// output buffer is first filled with NaN bits, then the chain runs kRounds times on one stream with
-// nothing but kernels between them, so every boundary is an early launch; every round's outputs
-// must have the bits of the same chain run with a synchronize after each kernel. A kernel that
-// touched its input before its griddepcontrol.wait would read the NaN fill or a half-written row.
+// kernel or the tp_invariant family's GEMVs. Each output buffer is first filled with NaN bits,
+// then the chain runs kRounds times on one stream with nothing but kernels between them; every
+// round's outputs must have the bits of the same chain run with a synchronize after each kernel. A
+// kernel that touched its input before its griddepcontrol.wait would read the NaN fill or a
+// half-written row. By default (BIH_STEP_PDL=1) the GEMMs start early after the norms and SiLU-mul;
+// under BIH_STEP_PDL=2 every kernel does (ci/device-check.sh runs the test both ways).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
