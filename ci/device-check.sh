@@ -86,6 +86,11 @@ if stage tests; then
     --gtest_output="json:$R/gpu-tests.json" >"$R/gpu-tests.log" 2>&1
   summary "gpu tests: exit $? in $(( $(date +%s) - t )) s ($(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$R/gpu-tests.log" | paste -sd';' -))"
   grep -E '^\[  FAILED  \]|Failure|error:' "$R/gpu-tests.log" | head -40
+  # The step chain again with every GEMM letting the kernel after it start as it starts, so that
+  # every kernel's wait for the one before it is exercised (models/cuda/programmatic_launch.cuh).
+  BIH_STEP_PDL=2 BIH_REQUIRE_GPU=1 "$build/bih_gpu_tests" --gtest_filter='CudaStepChain.*' \
+    >"$R/gpu-tests-step-pdl2.log" 2>&1
+  summary "step chain, BIH_STEP_PDL=2: exit $? ($(grep -E '^\[  (PASSED|FAILED) ' "$R/gpu-tests-step-pdl2.log" | paste -sd';' -))"
   # Skips by reason. Debian's gtest writes no skip message into its JSON, so the reason is read
   # from the log: the line after "file:line: Skipped" within each test's RUN block.
   python3 - "$R/gpu-tests.log" <<'PY' | tee -a "$OUT/summary.txt"

@@ -14,7 +14,8 @@
 // kernels ahead of it may let it start as early as they like (the norms do as they start).
 //
 // The GEMMs themselves do not let the kernel after them start early: on an H100 that made one
-// step's GEMMs 4.5% slower and the bs=1 step 7% (BIH_STEP_PDL=2, reports/gpu/step-pdl-2026-12-07).
+// step's invariant GEMMs 4.6% slower and the bs=1 full-graph step 8% (BIH_STEP_PDL=2,
+// reports/gpu/step-pdl-2026-12-07).
 #pragma once
 
 #include <cuda_runtime_api.h>
