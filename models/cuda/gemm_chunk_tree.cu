@@ -261,9 +261,9 @@ __global__ void __launch_bounds__(kThreads)
                            const uint16_t* __restrict__ w,  // [N, K]
                            uint16_t* __restrict__ y_bf16,   // [1, N] or null
                            float* __restrict__ y_f32,       // [1, N] or null
-                           int N, int K, int chunks, int release) {
-  if (release == kReleaseAtStart) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2 only
-  ptx::wait_for_prerequisites();  // launched early (programmatic_launch.cuh)
+                           int N, int K, int chunks, int early_dependents) {
+  if (early_dependents) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2 only
+  ptx::wait_for_prerequisites();                        // launched early (programmatic_launch.cuh)
   using Piece = SplitPiece<kSplit>;
   using Word = typename Piece::Word;
   constexpr int kHeld = Piece::kLanesHeld;
@@ -320,7 +320,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int i = 0; i < b; ++i) acc[i] = __fadd_rn(acc[i], acc[i + b]);
   }
-  if (release == kReleaseAfterLoads) ptx::allow_dependent_launch();  // BIH_STEP_PDL=3 only
   // The chunk tree over the chunks' first threads, kSplit lanes apart.
   float part = acc[0];
   for (int width = 1; width < chunks; width *= 2) {
@@ -351,7 +350,7 @@ __global__ void __launch_bounds__(kT)
                                   const uint16_t* __restrict__ w,  // [N, K]
                                   uint16_t* __restrict__ y_bf16,   // [1, N] or null
                                   float* __restrict__ y_f32,       // [1, N] or null
-                                  int N, int K, int chunks, int release) {
+                                  int N, int K, int chunks, int early_dependents) {
   extern __shared__ uint4 staged[];
   const int chunk_len = K / chunks;
   const int steps = chunk_len / kLanes;
@@ -364,7 +363,7 @@ __global__ void __launch_bounds__(kT)
   uint4* xs = staged + kP * kT * (kS + 1);
   const uint4* xg = reinterpret_cast<const uint4*>(x);
   const uint4* wg = reinterpret_cast<const uint4*>(w);
-  if (release == kReleaseAtStart) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2 only
+  if (early_dependents) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2 only
   const auto issue = [&](int g) {
     uint4* buffer = ring + (g % kP) * kT * (kS + 1);
 #pragma unroll
@@ -413,7 +412,6 @@ __global__ void __launch_bounds__(kT)
       }
     }
   }
-  if (release == kReleaseAfterLoads) ptx::allow_dependent_launch();  // BIH_STEP_PDL=3 only
   finish_chunk_tree<1>(acc, c, chunks, n, 0, 1, N, y_bf16, y_f32);
 }
 
@@ -439,7 +437,8 @@ bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32
   const int rows = kT / chunks;
   launch_early(chunk_tree_gemv_staged_kernel<kT, kS, kP>, dim3((N + rows - 1) / rows), dim3(kT),
                bytes, stream, static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks, gemm_release_point());
+               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks,
+               gemms_release_dependents_early() ? 1 : 0);
   return true;
 }
 
@@ -502,7 +501,8 @@ void launch_gemv(const void* x, const void* w, void* y_bf16, float* y_f32, int N
   launch_early(chunk_tree_gemv_kernel<kSplit, 32>,
                dim3((N + columns_per_block - 1) / columns_per_block), dim3(kThreads), 0, stream,
                static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks, gemm_release_point());
+               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks,
+               gemms_release_dependents_early() ? 1 : 0);
 }
 
 template <int TM, int TN>

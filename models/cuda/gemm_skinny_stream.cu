@@ -98,7 +98,7 @@ template <class R>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
-                         int M, int N, int K, int proxy_fence, int release) {
+                         int M, int N, int K, int proxy_fence, int early_dependents) {
   constexpr int kConsumers = R::kConsumers;
   constexpr int kStages = R::kStages;
   constexpr int kBoxes = R::kBoxes;
@@ -116,9 +116,9 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
   const int lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows;
   const int stages = K / kStageK;
-  // Only under BIH_STEP_PDL=2 or 3 (programmatic_launch.cuh): the kernel after this one may then be
-  // resident and waiting while this grid's blocks still run.
-  if (release == kReleaseAtStart) ptx::allow_dependent_launch();
+  // Only under BIH_STEP_PDL=2 (programmatic_launch.cuh): the kernel after this one may then be
+  // resident and waiting while this grid's blocks still run, which measured slower.
+  if (early_dependents) ptx::allow_dependent_launch();
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < kStages; ++slot) {
       mbarrier_init(full(slot), 1);
@@ -193,7 +193,6 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
 #pragma unroll
     for (int j = 0; j < 4 * kBoxes; ++j) mma_chain_step(acc, a[j], b[j]);
   }
-  if (release == kReleaseAfterLoads) ptx::allow_dependent_launch();
   // acc[0..1]: token g, columns n0 + 2t and n0 + 2t + 1.
   if (g < M) {
     const int n0 = row0 + warp * 8;
@@ -280,7 +279,8 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   config.attrs = &early;
   config.numAttrs = diagnostics().programmatic_launch ? 1 : 0;
   cudaCheck(cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N,
-                               K, diagnostics().proxy_fence ? 1 : 0, gemm_release_point()));
+                               K, diagnostics().proxy_fence ? 1 : 0,
+                               gemms_release_dependents_early() ? 1 : 0));
 }
 
 }  // namespace

@@ -31,36 +31,22 @@ namespace bih::cuda {
 
 // BIH_STEP_PDL, read once: 0 launches the step's kernels the ordinary way; 1 (the default) launches
 // them early, the GEMMs letting the kernel after them start only as they end; 2 has the GEMMs let
-// it start as they start (measured slower: reports/gpu/step-pdl-2026-12-07); 3 once each block has
-// added its last product, before its stores.
+// it start as they start too (measured slower: reports/gpu/step-pdl-2026-12-07).
 inline int step_pdl_mode() {
   static const int mode = [] {
     const char* value = std::getenv("BIH_STEP_PDL");
     if (value == nullptr) return 1;
     const std::string v = value;
-    if (v != "0" && v != "1" && v != "2" && v != "3") {
-      throw std::invalid_argument("BIH_STEP_PDL=" + v + ": valid values are 0, 1, 2 and 3");
+    if (v != "0" && v != "1" && v != "2") {
+      throw std::invalid_argument("BIH_STEP_PDL=" + v + ": valid values are 0, 1 and 2");
     }
     return std::stoi(v);
   }();
   return mode;
 }
 inline bool step_kernels_launch_early() { return step_pdl_mode() >= 1; }
-
-// Where a GEMM block calls ptx::allow_dependent_launch: a kernel argument.
-constexpr int kReleaseNever = 0;
-constexpr int kReleaseAtStart = 1;
-constexpr int kReleaseAfterLoads = 2;
-inline int gemm_release_point() {
-  switch (step_pdl_mode()) {
-    case 2:
-      return kReleaseAtStart;
-    case 3:
-      return kReleaseAfterLoads;
-    default:
-      return kReleaseNever;
-  }
-}
+// Whether a GEMM calls ptx::allow_dependent_launch as it starts (mode 2) rather than never.
+inline bool gemms_release_dependents_early() { return step_pdl_mode() == 2; }
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with programmatic stream serialization
 // where step_kernels_launch_early(). The kernel must start with ptx::wait_for_prerequisites.
