@@ -15,6 +15,9 @@
 // equivalence check (gemm_equivalence.hpp) found every output equal to the reference's.
 #pragma once
 
+#include <string>
+#include <vector>
+
 struct CUstream_st;
 typedef struct CUstream_st* cudaStream_t;
 
@@ -44,6 +47,14 @@ void launch_skinny_registers(const void* x, const void* w, void* y, int M, int N
 bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w);
 void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, int K,
                           cudaStream_t stream);
+
+// The stream instance's rings (its shared-memory depths and widths; the chains and bits are the
+// same in every one): those that take [N, K], the one launch_skinny_stream picks for it, and a
+// launch on a named one (std::invalid_argument where it does not take the shape).
+std::vector<std::string> skinny_stream_rings(int N, int K);
+std::string skinny_stream_ring_for(int N, int K);
+void launch_skinny_stream_ring(const std::string& ring, const void* x, const void* w, void* y,
+                               int M, int N, int K, cudaStream_t stream);
 
 // BIH_GEMM_SKINNY_VERIFY=1 (gemm_skinny_verify.cu, a diagnostic): each stream-instance launch
 // is checked against the register instance before and after it, counts on stderr.

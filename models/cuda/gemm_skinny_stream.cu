@@ -44,6 +44,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "models/cuda/check.hpp"
 #include "models/cuda/device_info.hpp"
@@ -71,12 +72,19 @@ struct Ring {
   static constexpr size_t kSharedBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
   static_assert(kWeightBoxBytes % 1024 == 0 && kTokenBoxBytes % 1024 == 0);
 };
-// 16 rows, 4 stages of 256 k (49 KiB): 4 CTAs an SM, one wait per 16 chain steps.
+// The rings, each named for BIH_GEMM_SKINNY_RING and the tests. "decode": 16 rows, 4 stages of
+// 256 k (49 KiB), 4 CTAs an SM, one wait per 16 chain steps. "wide": 32 rows, 4 stages of 128 k
+// (41 KiB), 5 CTAs an SM; with "decode" alone, gate_up's 768 CTAs took 1.45 waves and 7% longer
+// than cuBLAS (reports/gpu/decode-chain-2026-12-06, calls 5 and 6). The deeper rings are for grids
+// that leave shared memory unused: o_proj's and down's 128 CTAs are one an SM, so "decode16" asks
+// for 128 KiB of weights a CTA where "decode" asks for 32 (8 stages were slower as the only ring,
+// since gate_up then ran 2 CTAs an SM in 3 waves: call 9 there).
 using DecodeRing = Ring<2, 4, 4>;
-// For weights of more than 4 CTAs an SM of DecodeRing (gate_up, lm_head): 32 rows, 4 stages of
-// 128 k (41 KiB), 5 CTAs an SM; with DecodeRing, gate_up's 768 CTAs took 1.45 waves and 7% longer
-// than cuBLAS (reports/gpu/decode-chain-2026-12-06, calls 5 and 6).
+using DecodeRing6 = Ring<2, 6, 4>;    // 73 KiB: 3 CTAs an SM
+using DecodeRing8 = Ring<2, 8, 4>;    // 97 KiB: 2
+using DecodeRing16 = Ring<2, 16, 4>;  // 193 KiB: 1
 using WideRing = Ring<4, 4, 2>;
+using WideRing7 = Ring<4, 7, 2>;  // 71 KiB: 3
 
 using ptx::load_shared_8;
 using ptx::mbarrier_arrive;
@@ -98,7 +106,7 @@ template <class R>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
-                         int M, int N, int K, int proxy_fence, int early_dependents) {
+                         int M, int N, int K, int proxy_fence, int release) {
   constexpr int kConsumers = R::kConsumers;
   constexpr int kStages = R::kStages;
   constexpr int kBoxes = R::kBoxes;
@@ -116,9 +124,9 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
   const int lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows;
   const int stages = K / kStageK;
-  // Only under BIH_STEP_PDL=2 (programmatic_launch.cuh): the kernel after this one may then be
-  // resident and waiting while this grid's blocks still run, which measured slower.
-  if (early_dependents) ptx::allow_dependent_launch();
+  // Under BIH_STEP_PDL=2 and 3 only (programmatic_launch.cuh): the kernel after this one may then
+  // be resident and waiting while this grid's blocks still run.
+  if (release == kReleaseAtStart) ptx::allow_dependent_launch();
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < kStages; ++slot) {
       mbarrier_init(full(slot), 1);
@@ -158,6 +166,7 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
         mbarrier_arrive_expect_bytes(full(slot), kStageBytes);
         copy(s, true, true);
       }
+      if (release == kReleaseAfterLastLoad) ptx::allow_dependent_launch();
     }
     return;
   }
@@ -238,28 +247,108 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
 
 // Diagnostics for the matrix failure of reports/gpu/decode-chain-2026-12-06, read once:
 // BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
-// kernel is then a no-op); BIH_GEMM_SKINNY_RING=decode or wide serves every shape with that ring;
-// BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before each slot's release (the race it closed).
+// kernel is then a no-op); BIH_GEMM_SKINNY_RING names the ring that serves every shape it takes
+// (kRings), or "shallow" for the choice before the deep rings ("decode", or "wide" past 4 CTAs an
+// SM), "auto" (the default) for ring_for; BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before each
+// slot's release (the race it closed).
 struct StreamDiagnostics {
   bool programmatic_launch = true;
   std::string ring = "auto";
   bool proxy_fence = true;
 };
+
+template <class R>
+void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream);
+
+// One ring instance and what it takes.
+struct RingInstance {
+  const char* name;
+  int rows;                     // weight rows a CTA
+  int stage_k;                  // k a stage
+  uint32_t weight_bytes_ahead;  // weight bytes a CTA asks for before its first chain step
+  const void* kernel;
+  size_t shared_bytes;
+  int threads;
+  void (*launch)(const void*, const void*, void*, int, int, int, cudaStream_t);
+  bool takes(int N, int K) const { return N % rows == 0 && K % stage_k == 0; }
+};
+template <class R>
+RingInstance ring_instance(const char* name) {
+  return {name,
+          R::kRows,
+          R::kStageK,
+          R::kStages * R::kBoxes * R::kWeightBoxBytes,
+          reinterpret_cast<const void*>(skinny_stream_kernel<R>),
+          R::kSharedBytes,
+          32 * (R::kConsumers + 1),
+          launch_ring<R>};
+}
+const RingInstance kRings[] = {
+    ring_instance<DecodeRing>("decode"),   ring_instance<DecodeRing6>("decode6"),
+    ring_instance<DecodeRing8>("decode8"), ring_instance<DecodeRing16>("decode16"),
+    ring_instance<WideRing>("wide"),       ring_instance<WideRing7>("wide7")};
+
 const StreamDiagnostics& diagnostics() {
   static const StreamDiagnostics d = [] {
     StreamDiagnostics r;
     const char* pdl = std::getenv("BIH_GEMM_SKINNY_PDL");
     r.programmatic_launch = pdl == nullptr || std::string(pdl) != "0";
     if (const char* ring = std::getenv("BIH_GEMM_SKINNY_RING")) r.ring = ring;
-    if (r.ring != "auto" && r.ring != "decode" && r.ring != "wide") {
-      throw std::invalid_argument("BIH_GEMM_SKINNY_RING=" + r.ring +
-                                  ": valid values are auto, decode and wide");
+    bool known = r.ring == "auto" || r.ring == "shallow";
+    std::string valid = "auto, shallow";
+    for (const RingInstance& ring : kRings) {
+      known = known || r.ring == ring.name;
+      valid += std::string(", ") + ring.name;
+    }
+    if (!known) {
+      throw std::invalid_argument("BIH_GEMM_SKINNY_RING=" + r.ring + ": valid values are " + valid);
     }
     const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
     r.proxy_fence = fence == nullptr || std::string(fence) != "0";
     return r;
   }();
   return d;
+}
+
+const RingInstance* ring_named(const std::string& name) {
+  for (const RingInstance& ring : kRings) {
+    if (name == ring.name) return &ring;
+  }
+  return nullptr;
+}
+
+// The ring for a shape: the fewest waves of CTAs over the GPU, then the most weight bytes a CTA
+// asks for ahead. A GEMV's time is its first bytes' latency plus its stream; a wave more costs a
+// whole CTA's stream, and where one wave holds the grid, deeper stages keep more bytes in flight.
+const RingInstance& ring_for(int N, int K) {
+  const std::string& forced = diagnostics().ring;
+  const RingInstance& decode = *ring_named("decode");
+  if (forced == "shallow") {
+    const RingInstance& wide = *ring_named("wide");
+    return N / decode.rows > 4 * multiprocessor_count() && wide.takes(N, K) ? wide : decode;
+  }
+  if (forced != "auto") {
+    const RingInstance& ring = *ring_named(forced);  // diagnostics() checked the name
+    return ring.takes(N, K) ? ring : decode;  // decode takes every shape skinny_stream_supports
+  }
+  const RingInstance* best = nullptr;
+  GridFit best_fit;
+  for (const RingInstance& ring : kRings) {
+    if (!ring.takes(N, K)) continue;
+    allow_dynamic_shared_memory(ring.kernel, ring.shared_bytes);  // before the occupancy query
+    const GridFit fit = grid_fit(
+        N / ring.rows, blocks_per_multiprocessor(ring.kernel, ring.threads, ring.shared_bytes));
+    const bool better =
+        best == nullptr || fit.waves < best_fit.waves ||
+        (fit.waves == best_fit.waves && (fit.multiprocessors > best_fit.multiprocessors ||
+                                         (fit.multiprocessors == best_fit.multiprocessors &&
+                                          ring.weight_bytes_ahead > best->weight_bytes_ahead)));
+    if (better) {
+      best = &ring;
+      best_fit = fit;
+    }
+  }
+  return *best;  // "decode" takes every shape skinny_stream_supports
 }
 
 template <class R>
@@ -279,8 +368,17 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   config.attrs = &early;
   config.numAttrs = diagnostics().programmatic_launch ? 1 : 0;
   cudaCheck(cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N,
-                               K, diagnostics().proxy_fence ? 1 : 0,
-                               gemms_release_dependents_early() ? 1 : 0));
+                               K, diagnostics().proxy_fence ? 1 : 0, gemm_release()));
+}
+
+void check_supported(const char* who, int M, int N, int K, const void* x, const void* w) {
+  if (!skinny_stream_supports(M, N, K, x, w)) {
+    throw std::invalid_argument(std::string(who) + ": needs 1 <= M <= 8, N a multiple of " +
+                                std::to_string(DecodeRing::kRows) + ", K a multiple of " +
+                                std::to_string(DecodeRing::kStageK) +
+                                " and 16-byte aligned x and w; got M=" + std::to_string(M) +
+                                " N=" + std::to_string(N) + " K=" + std::to_string(K));
+  }
 }
 
 }  // namespace
@@ -293,24 +391,28 @@ bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w) {
 
 void launch_skinny_stream(const void* x, const void* w, void* y, int M, int N, int K,
                           cudaStream_t stream) {
-  if (!skinny_stream_supports(M, N, K, x, w)) {
-    throw std::invalid_argument("launch_skinny_stream: needs 1 <= M <= 8, N a multiple of " +
-                                std::to_string(DecodeRing::kRows) + ", K a multiple of " +
-                                std::to_string(DecodeRing::kStageK) +
-                                " and 16-byte aligned x and w; got M=" + std::to_string(M) +
-                                " N=" + std::to_string(N) + " K=" + std::to_string(K));
+  check_supported("launch_skinny_stream", M, N, K, x, w);
+  ring_for(N, K).launch(x, w, y, M, N, K, stream);
+}
+
+std::vector<std::string> skinny_stream_rings(int N, int K) {
+  std::vector<std::string> names;
+  for (const RingInstance& ring : kRings) {
+    if (ring.takes(N, K)) names.push_back(ring.name);
   }
-  const std::string& ring = diagnostics().ring;
-  const bool fits_wide = N % WideRing::kRows == 0 && K % WideRing::kStageK == 0;
-  const bool wide = ring == "wide" ? fits_wide
-                    : ring == "decode"
-                        ? false
-                        : N / DecodeRing::kRows > 4 * multiprocessor_count() && fits_wide;
-  if (wide) {
-    launch_ring<WideRing>(x, w, y, M, N, K, stream);
-  } else {
-    launch_ring<DecodeRing>(x, w, y, M, N, K, stream);
-  }
+  return names;
+}
+
+std::string skinny_stream_ring_for(int N, int K) { return ring_for(N, K).name; }
+
+void launch_skinny_stream_ring(const std::string& ring, const void* x, const void* w, void* y,
+                               int M, int N, int K, cudaStream_t stream) {
+  check_supported("launch_skinny_stream_ring", M, N, K, x, w);
+  const RingInstance* named = ring_named(ring);
+  if (named != nullptr && named->takes(N, K)) return named->launch(x, w, y, M, N, K, stream);
+  throw std::invalid_argument("launch_skinny_stream_ring: ring " + ring +
+                              " does not take N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                              " (skinny_stream_rings lists those that do)");
 }
 
 }  // namespace bih::cuda

@@ -31,22 +31,39 @@ namespace bih::cuda {
 
 // BIH_STEP_PDL, read once: 0 launches the step's kernels the ordinary way; 1 (the default) launches
 // them early, the GEMMs letting the kernel after them start only as they end; 2 has the GEMMs let
-// it start as they start too (measured slower: reports/gpu/step-pdl-2026-12-07).
+// it start as they start too (measured slower: reports/gpu/step-pdl-2026-12-07); 3 once each of
+// their blocks has asked for its last weights.
 inline int step_pdl_mode() {
   static const int mode = [] {
     const char* value = std::getenv("BIH_STEP_PDL");
     if (value == nullptr) return 1;
     const std::string v = value;
-    if (v != "0" && v != "1" && v != "2") {
-      throw std::invalid_argument("BIH_STEP_PDL=" + v + ": valid values are 0, 1 and 2");
+    if (v != "0" && v != "1" && v != "2" && v != "3") {
+      throw std::invalid_argument("BIH_STEP_PDL=" + v + ": valid values are 0, 1, 2 and 3");
     }
     return std::stoi(v);
   }();
   return mode;
 }
 inline bool step_kernels_launch_early() { return step_pdl_mode() >= 1; }
-// Whether a GEMM calls ptx::allow_dependent_launch as it starts (mode 2) rather than never.
-inline bool gemms_release_dependents_early() { return step_pdl_mode() == 2; }
+
+// When a GEMM block calls ptx::allow_dependent_launch: a kernel argument, so that one build
+// measures every mode.
+enum GemmRelease : int {
+  kReleaseAtEnd = 0,         // never: the kernel after it starts as the grid ends (modes 0, 1)
+  kReleaseAtStart = 1,       // as the block starts (mode 2)
+  kReleaseAfterLastLoad = 2  // once the block has asked for its last weights (mode 3)
+};
+inline int gemm_release() {
+  switch (step_pdl_mode()) {
+    case 2:
+      return kReleaseAtStart;
+    case 3:
+      return kReleaseAfterLastLoad;
+    default:
+      return kReleaseAtEnd;
+  }
+}
 
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with programmatic stream serialization
 // where step_kernels_launch_early(). The kernel must start with ptx::wait_for_prerequisites.

@@ -26,6 +26,17 @@ std::string gpu_unavailable_reason() {
   return count == 0 ? "no CUDA device visible" : "";
 }
 
+int compute_capability_major() {
+  int device = 0;
+  int major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return major;
+}
+
 void* device_alloc(size_t bytes) {
   void* p = nullptr;
   if (bytes > 0) cudaCheck(cudaMalloc(&p, bytes));

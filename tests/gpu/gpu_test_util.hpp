@@ -24,6 +24,9 @@ bool gpu_required();
 // returned); "" when at least one is visible.
 std::string gpu_unavailable_reason();
 
+// The current device's compute capability major (9 on Hopper); 0 where CUDA cannot say.
+int compute_capability_major();
+
 // Owning device memory of n elements of T (cudaMalloc; no managed memory). Defined in
 // gpu_test_util.cpp so that test files include no CUDA header.
 void* device_alloc(size_t bytes);
@@ -74,4 +77,14 @@ class DeviceBuffer {
   do {                                                                     \
     const std::string bih_no_gpu_ = ::bih::test::gpu_unavailable_reason(); \
     if (!bih_no_gpu_.empty()) BIH_SKIP_OR_FAIL(bih_no_gpu_);               \
+  } while (0)
+
+// After BIH_SKIP_WITHOUT_GPU, for tests of the sm_90 kernels (the tensor copy engine instance):
+// another GPU is a legitimate place to run the rest, so this is a skip even under
+// BIH_REQUIRE_GPU=1.
+#define BIH_SKIP_UNLESS_SM90()                                              \
+  do {                                                                      \
+    if (::bih::test::compute_capability_major() != 9) {                     \
+      GTEST_SKIP() << "the tensor copy engine instance is built for sm_90"; \
+    }                                                                       \
   } while (0)

@@ -415,10 +415,7 @@ TEST(CudaGemm, SkinnyKernelRowsAreBatchInvariantAndAccurate) {
 // bits of cuBLASLt's wgmma one), and whatever serves, the outputs equal the reference's bitwise.
 TEST(CudaGemm, SkinnyCompanionServesSmallMOnHopperWithTheReferenceBits) {
   BIH_SKIP_WITHOUT_GPU();
-  int device = 0;
-  int major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
+  const int major = bih::test::compute_capability_major();
   CudaGemmOptions on;
   on.skinny_max_m = bih::cuda::kSkinnyMaxM;
   CudaGemm with(on);
@@ -455,11 +452,7 @@ TEST(CudaGemm, SkinnyCompanionServesSmallMOnHopperWithTheReferenceBits) {
 // k16 step changes no bit), and a clear refusal of what it does not take.
 TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
   BIH_SKIP_WITHOUT_GPU();
-  int device = 0;
-  int major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
+  BIH_SKIP_UNLESS_SM90();
   CudaGemmOptions off;
   off.companions = false;
   CudaGemm reference(off);
@@ -486,14 +479,19 @@ TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
     DeviceBuffer<bf16> y(static_cast<size_t>(8) * s.N);
     DeviceBuffer<bf16> y_reference(static_cast<size_t>(8) * s.N);
     bih::cuda::fill_order_sensitive_operands(x.get(), 8, w.get(), s.N, s.K, 20261206, nullptr);
+    const std::vector<std::string> rings = bih::cuda::skinny_stream_rings(s.N, s.K);
+    ASSERT_FALSE(rings.empty()) << s.name;
     for (int m = 1; m <= 8; ++m) {
-      bih::cuda::launch_skinny_stream(x.get(), w.get(), y.get(), m, s.N, s.K, nullptr);
       reference.gemm(KernelFamily::invariant, x.get(), w.get(), y_reference.get(), m, s.N, s.K,
                      nullptr);
-      const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
-          y.get(), y_reference.get(), static_cast<size_t>(m) * s.N, nullptr);
-      EXPECT_EQ(d.count, 0u) << s.name << " N=" << s.N << " K=" << s.K << " M=" << m
-                             << ": first at row " << d.first / s.N << " col " << d.first % s.N;
+      for (const std::string& ring : rings) {
+        bih::cuda::launch_skinny_stream_ring(ring, x.get(), w.get(), y.get(), m, s.N, s.K, nullptr);
+        const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
+            y.get(), y_reference.get(), static_cast<size_t>(m) * s.N, nullptr);
+        EXPECT_EQ(d.count, 0u) << s.name << " N=" << s.N << " K=" << s.K << " M=" << m << " ring "
+                               << ring << ": first at row " << d.first / s.N << " col "
+                               << d.first % s.N;
+      }
     }
   }
   DeviceBuffer<bf16> buffer(static_cast<size_t>(16) * 512);
@@ -504,6 +502,34 @@ TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
   EXPECT_THROW(bih::cuda::launch_skinny_stream(buffer.get(), buffer.get(), buffer.get(), 1, 16, 384,
                                                nullptr),
                std::invalid_argument);
+  EXPECT_THROW(bih::cuda::launch_skinny_stream_ring("wide", buffer.get(), buffer.get(),
+                                                    buffer.get(), 1, 16, 256, nullptr),
+               std::invalid_argument);  // 16 rows: narrower than the wide rings' 32
+  EXPECT_THROW(bih::cuda::launch_skinny_stream_ring("deep", buffer.get(), buffer.get(),
+                                                    buffer.get(), 1, 16, 256, nullptr),
+               std::invalid_argument);
+}
+
+// Which ring serves qwen3-1.7b's TP=1 shapes on a Hopper of 132 multiprocessors (H100 SXM, H200):
+// the fewest waves, then the deepest ring. o_proj's and down's 128 CTAs are one a multiprocessor
+// and get the 16-stage ring, qkv's 256 two (8 stages), gate_up's 384 wide CTAs three (7 stages),
+// and lm_head, many waves in any ring, the wide ring of five CTAs a multiprocessor.
+TEST(CudaGemm, SkinnyStreamPicksTheDeepestRingThatKeepsTheFewestWaves) {
+  BIH_SKIP_WITHOUT_GPU();
+  BIH_SKIP_UNLESS_SM90();
+  if (bih::cuda::multiprocessor_count() != 132) {
+    GTEST_SKIP() << "the expected rings are worked out for 132 multiprocessors; this GPU has "
+                 << bih::cuda::multiprocessor_count();
+  }
+  const std::map<std::string, std::string> expected = {{"qkv", "decode8"},
+                                                       {"o_proj", "decode16"},
+                                                       {"gate_up", "wide7"},
+                                                       {"down", "decode16"},
+                                                       {"lm_head", "wide"}};
+  for (const Shape& s : kShapes) {
+    EXPECT_EQ(bih::cuda::skinny_stream_ring_for(s.N, s.K), expected.at(s.name))
+        << s.name << " N=" << s.N << " K=" << s.K;
+  }
 }
 
 // Small shapes, for compute-sanitizer's memcheck and racecheck (ci/device-check.sh's sanitize
@@ -512,14 +538,12 @@ TEST(CudaGemm, SkinnyStreamGivesTheReferenceBitsOnEveryRankShape) {
 // every M, each output against the register instance bitwise.
 TEST(CudaGemm, SkinnyStreamSmallShapesKeepTheRegisterInstanceBits) {
   BIH_SKIP_WITHOUT_GPU();
-  int device = 0;
-  int major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
-  // N, K: 1, 9, 4 and 5 stages of the decode ring (256 k); the last three 18, 8 and 10 of the
-  // wide one (128 k; N = 16 is too narrow for it).
-  const std::vector<std::pair<int, int>> shapes = {{16, 256}, {32, 2304}, {32, 1024}, {64, 1280}};
+  BIH_SKIP_UNLESS_SM90();
+  // N, K: 1, 9, 4, 5 and 17 stages of the decode rings (256 k: 17 wraps the 16-stage ring, 9
+  // the others); the last four 18, 8, 10 and 34 of the wide ones (128 k; N = 16 is too narrow
+  // for them). Every ring that takes a shape runs it.
+  const std::vector<std::pair<int, int>> shapes = {
+      {16, 256}, {32, 2304}, {32, 1024}, {64, 1280}, {32, 4352}};
   for (const auto& [N, K] : shapes) {
     DeviceBuffer<bf16> x(static_cast<size_t>(8) * K);  // [8, K]
     DeviceBuffer<bf16> w(static_cast<size_t>(N) * K);  // [N, K]
@@ -527,12 +551,14 @@ TEST(CudaGemm, SkinnyStreamSmallShapesKeepTheRegisterInstanceBits) {
     DeviceBuffer<bf16> y_registers(static_cast<size_t>(8) * N);
     bih::cuda::fill_order_sensitive_operands(x.get(), 8, w.get(), N, K, 20261207, nullptr);
     for (int m = 1; m <= 8; ++m) {
-      bih::cuda::launch_skinny_stream(x.get(), w.get(), y.get(), m, N, K, nullptr);
       bih::cuda::launch_skinny_registers(x.get(), w.get(), y_registers.get(), m, N, K, nullptr);
-      const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
-          y.get(), y_registers.get(), static_cast<size_t>(m) * N, nullptr);
-      EXPECT_EQ(d.count, 0u) << "N=" << N << " K=" << K << " M=" << m << ": first at row "
-                             << d.first / N << " col " << d.first % N;
+      for (const std::string& ring : bih::cuda::skinny_stream_rings(N, K)) {
+        bih::cuda::launch_skinny_stream_ring(ring, x.get(), w.get(), y.get(), m, N, K, nullptr);
+        const bih::cuda::BitDifferences d = bih::cuda::count_bit_differences(
+            y.get(), y_registers.get(), static_cast<size_t>(m) * N, nullptr);
+        EXPECT_EQ(d.count, 0u) << "N=" << N << " K=" << K << " M=" << m << " ring " << ring
+                               << ": first at row " << d.first / N << " col " << d.first % N;
+      }
     }
   }
 }
@@ -545,11 +571,7 @@ TEST(CudaGemm, SkinnyStreamSmallShapesKeepTheRegisterInstanceBits) {
 // two runs on an H100; with it, none.
 TEST(CudaGemm, SkinnyStreamUnderConcurrentLoadKeepsTheRegisterInstanceBits) {
   BIH_SKIP_WITHOUT_GPU();
-  int device = 0;
-  int major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
+  BIH_SKIP_UNLESS_SM90();
   constexpr int kThreads = 16;
   constexpr int kRounds = 250;
   struct StreamShape {

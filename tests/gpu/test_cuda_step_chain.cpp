@@ -141,11 +141,7 @@ void expect_early_chain_equals_synchronized_chain(const char* family, Gemm&& gem
 
 TEST(CudaStepChain, InvariantKernelsLaunchedEarlyReadOnlyTheFinishedOutputOfTheKernelBefore) {
   BIH_SKIP_WITHOUT_GPU();
-  int device = 0;
-  int major = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), cudaSuccess);
-  if (major != 9) GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";
+  BIH_SKIP_UNLESS_SM90();
   ASSERT_TRUE(bih::cuda::skinny_stream_supports(1, 12288, 2048, reinterpret_cast<void*>(256),
                                                 reinterpret_cast<void*>(256)));
   expect_early_chain_equals_synchronized_chain(
