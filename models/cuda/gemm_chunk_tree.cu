@@ -475,9 +475,8 @@ StagedFit staged_fit(int N, int K, int chunks) {
 }
 
 // The staged GEMV's block shapes (threads x steps a stage x stages), each with its launcher and
-// fit; the bits are the same for every one. The first three past 256x8x3 are for grids that leave
-// shared memory unused: qkv's 128 blocks of 256 threads are one a multiprocessor (256x8x6), and
-// gate_up's 384 took 1.45 waves at two a multiprocessor (256x4x4 holds three).
+// fit; the bits are the same for every one. The three after 256x8x3 fill the shared memory that
+// grids of one to three blocks a multiprocessor leave unused (staged_gemv says how they measured).
 using StagedLauncher = bool (*)(const void*, const void*, void*, float*, int, int, int,
                                 cudaStream_t);
 struct StagedShape {
@@ -500,7 +499,9 @@ const StagedShape& staged_shape(const std::string& name, const std::string& what
   for (const StagedShape& shape : kStagedShapes) {
     if (name == shape.name) return shape;
   }
-  std::string valid = what == "BIH_TPINV_STAGED" ? "auto" : "";
+  std::string valid = what == "BIH_TPINV_STAGED"          ? "auto, fit"
+                      : what == "BIH_TPINV_STAGED_NARROW" ? "registers"
+                                                          : "";
   for (const StagedShape& shape : kStagedShapes) {
     valid += (valid.empty() ? "" : ", ") + std::string(shape.name);
   }
@@ -528,18 +529,31 @@ const StagedShape* staged_shape_for(int N, int K, int chunks) {
   return best;
 }
 
-// What serves M = 1 from which N on, read once: BIH_TPINV_STAGED (a shape for every N, or auto,
-// the default: staged_shape_for) and BIH_TPINV_STAGED_MIN_N (4096 by default).
+// What serves M = 1, read once. From BIH_TPINV_STAGED_MIN_N columns on (4096 by default) the
+// staged kernel in the shape BIH_TPINV_STAGED names: 256x8x3 by default ("auto"), or "fit" for
+// staged_shape_for, which was slower on an H100 (gate_up 23.6 -> 26.0 us at 256x4x4, lm_head 217
+// -> 277 at 256x4x4, qkv 9.9 -> 10.1 at 256x8x6: reports/gpu/deep-rings-2026-12-07). Narrower
+// outputs: the shape BIH_TPINV_STAGED_NARROW names, or the register GEMV ("registers", the
+// default).
 struct StagedGemv {
-  const StagedShape* forced = nullptr;
+  const StagedShape* wide = &kStagedShapes[0];  // null: staged_shape_for ("fit")
+  const StagedShape* narrow = nullptr;          // null: the register GEMV
   int min_n = 4096;
 };
 const StagedGemv& staged_gemv() {
   static const StagedGemv chosen = [] {
     StagedGemv g;
-    const char* shape = std::getenv("BIH_TPINV_STAGED");
-    if (shape != nullptr && std::string(shape) != "auto") {
-      g.forced = &staged_shape(shape, "BIH_TPINV_STAGED");
+    if (const char* shape = std::getenv("BIH_TPINV_STAGED")) {
+      const std::string v = shape;
+      if (v == "fit") {
+        g.wide = nullptr;
+      } else if (v != "auto") {
+        g.wide = &staged_shape(v, "BIH_TPINV_STAGED");
+      }
+    }
+    if (const char* shape = std::getenv("BIH_TPINV_STAGED_NARROW")) {
+      const std::string v = shape;
+      if (v != "registers") g.narrow = &staged_shape(v, "BIH_TPINV_STAGED_NARROW");
     }
     if (const char* v = std::getenv("BIH_TPINV_STAGED_MIN_N")) {
       char* end = nullptr;
@@ -558,9 +572,10 @@ const StagedGemv& staged_gemv() {
 // The staged GEMV for M = 1 where it serves: false where the register kernel should.
 bool launch_staged_gemv(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K,
                         int chunks, cudaStream_t stream) {
-  if (N < staged_gemv().min_n) return false;
-  const StagedShape* shape =
-      staged_gemv().forced != nullptr ? staged_gemv().forced : staged_shape_for(N, K, chunks);
+  const StagedGemv& g = staged_gemv();
+  const StagedShape* shape = N < g.min_n         ? g.narrow
+                             : g.wide != nullptr ? g.wide
+                                                 : staged_shape_for(N, K, chunks);
   return shape != nullptr && shape->launch(x, w, y_bf16, y_f32, N, K, chunks, stream);
 }
 

@@ -55,7 +55,14 @@
 namespace bih::cuda {
 namespace {
 
-constexpr int kBoxK = 64;  // bf16 per box row: 128 bytes, the 128-byte swizzle's span
+constexpr int kBoxK = 64;
+
+// How a consumer warp hands a slot back to the producer once it has loaded the stage.
+enum SlotRelease : int {
+  kSlotReleaseUnfenced = 0,      // arrive right after the loads (the race; a diagnostic)
+  kSlotReleaseFenced = 1,        // fence.proxy.async, then arrive (the default)
+  kSlotReleaseAfterProducts = 2  // arrive after the stage's mmas, no fence
+};                               // bf16 per box row: 128 bytes, the 128-byte swizzle's span
 
 // One instance's ring: kConsumers warps of 8 weight rows per CTA, kStages slots of kBoxes boxes.
 template <int kConsumersT, int kStagesT, int kBoxesT>
@@ -75,10 +82,9 @@ struct Ring {
 // The rings, each named for BIH_GEMM_SKINNY_RING and the tests. "decode": 16 rows, 4 stages of
 // 256 k (49 KiB), 4 CTAs an SM, one wait per 16 chain steps. "wide": 32 rows, 4 stages of 128 k
 // (41 KiB), 5 CTAs an SM; with "decode" alone, gate_up's 768 CTAs took 1.45 waves and 7% longer
-// than cuBLAS (reports/gpu/decode-chain-2026-12-06, calls 5 and 6). The deeper rings are for grids
-// that leave shared memory unused: o_proj's and down's 128 CTAs are one an SM, so "decode16" asks
-// for 128 KiB of weights a CTA where "decode" asks for 32 (8 stages were slower as the only ring,
-// since gate_up then ran 2 CTAs an SM in 3 waves: call 9 there).
+// than cuBLAS (reports/gpu/decode-chain-2026-12-06, calls 5 and 6). The deeper rings fill the
+// shared memory that grids of one to three CTAs an SM leave unused (o_proj's and down's 128 CTAs
+// are one an SM); measured slower (ring_for), they serve only when named.
 using DecodeRing = Ring<2, 4, 4>;
 using DecodeRing6 = Ring<2, 6, 4>;    // 73 KiB: 3 CTAs an SM
 using DecodeRing8 = Ring<2, 8, 4>;    // 97 KiB: 2
@@ -106,7 +112,7 @@ template <class R>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
-                         int M, int N, int K, int proxy_fence, int release) {
+                         int M, int N, int K, int slot_release, int release) {
   constexpr int kConsumers = R::kConsumers;
   constexpr int kStages = R::kStages;
   constexpr int kBoxes = R::kBoxes;
@@ -192,15 +198,22 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     }
     // The shared loads above are generic-proxy reads; the producer's next copy into this slot is
     // an async-proxy write, which the mbarrier's release and acquire do not order after them.
-    // Without this fence, under many concurrent grids the copy engine now and then overwrote a
+    // Without the fence, under many concurrent grids the copy engine now and then overwrote a
     // slot before a warp's loads had read it: 156 output elements over 666,088 launches of one
-    // GPU matrix cell differed (reports/gpu/skinny-race-2026-12-06). BIH_GEMM_SKINNY_FENCE=0
-    // drops it, to reproduce that.
-    if (proxy_fence) ptx::fence_proxy_async_shared();
-    __syncwarp();
-    if (lane == 0) mbarrier_arrive(empty(slot));
+    // GPU matrix cell differed (reports/gpu/skinny-race-2026-12-06). kSlotReleaseUnfenced
+    // reproduces that; kSlotReleaseAfterProducts hands the slot back only once the stage's mmas,
+    // which read every loaded register, have issued, so no load can still be pending.
+    if (slot_release == kSlotReleaseFenced) ptx::fence_proxy_async_shared();
+    if (slot_release != kSlotReleaseAfterProducts) {
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(empty(slot));
+    }
 #pragma unroll
     for (int j = 0; j < 4 * kBoxes; ++j) mma_chain_step(acc, a[j], b[j]);
+    if (slot_release == kSlotReleaseAfterProducts) {
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(empty(slot));
+    }
   }
   // acc[0..1]: token g, columns n0 + 2t and n0 + 2t + 1.
   if (g < M) {
@@ -248,13 +261,14 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
 // Diagnostics for the matrix failure of reports/gpu/decode-chain-2026-12-06, read once:
 // BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
 // kernel is then a no-op); BIH_GEMM_SKINNY_RING names the ring that serves every shape it takes
-// (kRings), or "shallow" for the choice before the deep rings ("decode", or "wide" past 4 CTAs an
-// SM), "auto" (the default) for ring_for; BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before each
-// slot's release (the race it closed).
+// (kRings), or "auto" (the default: "decode", or "wide" past 4 CTAs an SM), or "fit" (ring_for's
+// fewest waves, then deepest ring: slower, reports/gpu/deep-rings-2026-12-07);
+// BIH_GEMM_SKINNY_FENCE picks how a consumer hands a slot back: 1 (the default) fenced, 0
+// unfenced (the race), 2 after the stage's products.
 struct StreamDiagnostics {
   bool programmatic_launch = true;
   std::string ring = "auto";
-  bool proxy_fence = true;
+  int slot_release = kSlotReleaseFenced;
 };
 
 template <class R>
@@ -294,8 +308,8 @@ const StreamDiagnostics& diagnostics() {
     const char* pdl = std::getenv("BIH_GEMM_SKINNY_PDL");
     r.programmatic_launch = pdl == nullptr || std::string(pdl) != "0";
     if (const char* ring = std::getenv("BIH_GEMM_SKINNY_RING")) r.ring = ring;
-    bool known = r.ring == "auto" || r.ring == "shallow";
-    std::string valid = "auto, shallow";
+    bool known = r.ring == "auto" || r.ring == "fit";
+    std::string valid = "auto, fit";
     for (const RingInstance& ring : kRings) {
       known = known || r.ring == ring.name;
       valid += std::string(", ") + ring.name;
@@ -303,8 +317,13 @@ const StreamDiagnostics& diagnostics() {
     if (!known) {
       throw std::invalid_argument("BIH_GEMM_SKINNY_RING=" + r.ring + ": valid values are " + valid);
     }
-    const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
-    r.proxy_fence = fence == nullptr || std::string(fence) != "0";
+    if (const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE")) {
+      const std::string f = fence;
+      if (f != "0" && f != "1" && f != "2") {
+        throw std::invalid_argument("BIH_GEMM_SKINNY_FENCE=" + f + ": valid values are 0, 1, 2");
+      }
+      r.slot_release = std::stoi(f);
+    }
     return r;
   }();
   return d;
@@ -317,17 +336,18 @@ const RingInstance* ring_named(const std::string& name) {
   return nullptr;
 }
 
-// The ring for a shape: the fewest waves of CTAs over the GPU, then the most weight bytes a CTA
-// asks for ahead. A GEMV's time is its first bytes' latency plus its stream; a wave more costs a
-// whole CTA's stream, and where one wave holds the grid, deeper stages keep more bytes in flight.
+// The ring for a shape. Under "fit": the fewest waves of CTAs over the GPU, then the most weight
+// bytes a CTA asks for ahead. On an H100 that made one step's GEMMs 13% slower than "auto" (qkv
+// 9.6 -> 12.0 us, o_proj 7.2 -> 8.5, down 14.1 -> 17.8; reports/gpu/deep-rings-2026-12-07): a
+// chain waits for its first stage, which a deep ring's whole burst delays.
 const RingInstance& ring_for(int N, int K) {
   const std::string& forced = diagnostics().ring;
   const RingInstance& decode = *ring_named("decode");
-  if (forced == "shallow") {
+  if (forced == "auto") {
     const RingInstance& wide = *ring_named("wide");
     return N / decode.rows > 4 * multiprocessor_count() && wide.takes(N, K) ? wide : decode;
   }
-  if (forced != "auto") {
+  if (forced != "fit") {
     const RingInstance& ring = *ring_named(forced);  // diagnostics() checked the name
     return ring.takes(N, K) ? ring : decode;  // decode takes every shape skinny_stream_supports
   }
@@ -368,7 +388,7 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   config.attrs = &early;
   config.numAttrs = diagnostics().programmatic_launch ? 1 : 0;
   cudaCheck(cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N,
-                               K, diagnostics().proxy_fence ? 1 : 0, gemm_release()));
+                               K, diagnostics().slot_release, gemm_release()));
 }
 
 void check_supported(const char* who, int M, int N, int K, const void* x, const void* w) {
