@@ -60,13 +60,30 @@ bench fence2-pdl3 BIH_GEMM_SKINNY_FENCE=2 BIH_STEP_PDL=3
 pack
 for fence in 1 2; do
   t=$(date +%s)
-  BIH_GEMM_SKINNY_FENCE=$fence timeout 100 ncu --clock-control none --kernel-name regex:skinny_stream_kernel \
-    --launch-skip 3 --launch-count 1 --section LaunchStats --section WarpStateStats \
-    --section SpeedOfLight build-device/bih_cuda_bench --ms=1 \
-    --benchmark_filter='^Skinny/down/M=1/' >"$R/ncu-down-fence$fence.txt" 2>&1
+  BIH_GEMM_SKINNY_FENCE=$fence timeout 120 ncu --clock-control none \
+    --kernel-name regex:skinny_stream_kernel --launch-skip 30 --launch-count 16 \
+    --section LaunchStats --section WarpStateStats --section SpeedOfLight \
+    build-device/bih_cuda_bench --ms=1 --benchmark_filter='^Skinny/down/M=1/' \
+    >"$R/ncu-down-fence$fence.txt" 2>&1
   say "ncu down FENCE=$fence: exit $? in $(( $(date +%s) - t )) s"
-  grep -E "Grid Size|Duration|Stall|Warp Cycles Per Issued|Memory Throughput|DRAM Throughput" \
-    "$R/ncu-down-fence$fence.txt" | head -24 | tee -a "$S"
+  # The profiled launch of grid 128 (o_proj or down) with the longest duration: down's.
+  python3 - "$R/ncu-down-fence$fence.txt" <<'PY' | tee -a "$S"
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+blocks = re.split(r"\n(?=  \S.*\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\))", text)
+best, best_us = None, -1.0
+for b in blocks:
+    if "(128, 1, 1)x" not in b.splitlines()[0]:
+        continue
+    m = re.search(r"Duration\s+(\S+)\s+([\d.,]+)", b)
+    if not m:
+        continue
+    v = float(m.group(2).replace(",", ""))
+    us = v / 1000 if m.group(1) == "ns" else v * 1000 if m.group(1) == "ms" else v
+    if us > best_us:
+        best, best_us = b, us
+print(best if best else "no grid-128 launch found among the profiled ones")
+PY
 done
 pack
 t=$(date +%s)
