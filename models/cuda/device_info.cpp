@@ -6,12 +6,10 @@
 #include <nccl.h>
 #endif
 
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -98,34 +96,6 @@ void allow_dynamic_shared_memory(const void* kernel, size_t bytes) {
   cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
   cudaCheck(set);
   done = bytes;
-}
-
-int blocks_per_multiprocessor(const void* kernel, int threads, size_t dynamic_shared_bytes) {
-  int device = 0;
-  cudaCheck(cudaGetDevice(&device));
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, size_t, int>, int> held;
-  const std::lock_guard<std::mutex> lock(mutex);
-  int& blocks = held[{kernel, threads, dynamic_shared_bytes, device}];
-  if (blocks > 0) return blocks;
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
-  int found = 0;
-  const cudaError_t asked =
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&found, kernel, threads, dynamic_shared_bytes);
-  cudaCheck(cudaThreadExchangeStreamCaptureMode(&mode));
-  cudaCheck(asked);
-  blocks = found > 0 ? found : 1;
-  return blocks;
-}
-
-GridFit grid_fit(long blocks, int per_multiprocessor) {
-  const long sms = multiprocessor_count();
-  const long wave = sms * std::max(per_multiprocessor, 1);
-  GridFit fit;
-  fit.waves = (blocks + wave - 1) / wave;
-  fit.multiprocessors = std::min(blocks, sms);
-  return fit;
 }
 
 }  // namespace bih::cuda

@@ -27,7 +27,6 @@
 
 #include "models/cuda/bf16_bits.cuh"
 #include "models/cuda/check.hpp"
-#include "models/cuda/device_info.hpp"
 #include "models/cuda/gemm_chunk_tree.hpp"
 #include "models/cuda/gemm_chunk_tree_tiled.hpp"
 #include "models/cuda/programmatic_launch.cuh"
@@ -263,7 +262,7 @@ __global__ void __launch_bounds__(kThreads)
                            uint16_t* __restrict__ y_bf16,   // [1, N] or null
                            float* __restrict__ y_f32,       // [1, N] or null
                            int N, int K, int chunks, int release) {
-  if (release == kReleaseAtStart) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2 only
+  if (release == kReleaseAtStart) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2
   ptx::wait_for_prerequisites();  // launched early (programmatic_launch.cuh)
   using Piece = SplitPiece<kSplit>;
   using Word = typename Piece::Word;
@@ -299,7 +298,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < kHeld; ++i) acc[i] = __fadd_rn(acc[i], __fmul_rn(xf[i], wf[i]));
     }
   }
-  if (release == kReleaseAfterLastLoad) ptx::allow_dependent_launch();  // BIH_STEP_PDL=3
+  if (release == kReleaseAfterLastLoad) ptx::allow_dependent_launch();  // the last batch is in
   for (; step < steps; ++step) {
     float wf[kHeld], xf[kHeld];
     Piece::widen(__ldg(w_at + step * kStride), wf);
@@ -365,7 +364,7 @@ __global__ void __launch_bounds__(kT)
   uint4* xs = staged + kP * kT * (kS + 1);
   const uint4* xg = reinterpret_cast<const uint4*>(x);
   const uint4* wg = reinterpret_cast<const uint4*>(w);
-  if (release == kReleaseAtStart) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2 only
+  if (release == kReleaseAtStart) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2
   const auto issue = [&](int g) {
     uint4* buffer = ring + (g % kP) * kT * (kS + 1);
 #pragma unroll
@@ -403,7 +402,7 @@ __global__ void __launch_bounds__(kT)
     __syncthreads();
     if (g + kP - 1 < stages) issue(g + kP - 1);
     if (g + kP - 1 == stages - 1 && release == kReleaseAfterLastLoad) {
-      ptx::allow_dependent_launch();  // BIH_STEP_PDL=3: the last stage is asked for
+      ptx::allow_dependent_launch();  // the last stage is asked for
     }
     ptx::cp_async_commit();
     const uint4* mine = ring + ((g % kP) * kT + t) * (kS + 1);
@@ -421,17 +420,15 @@ __global__ void __launch_bounds__(kT)
   finish_chunk_tree<1>(acc, c, chunks, n, 0, 1, N, y_bf16, y_f32);
 }
 
-// Dynamic shared memory of one block of the staged GEMV.
+// False where the block's shared memory would exceed what the device allows (a K far beyond the
+// presets'); the caller then runs the register kernel, whose bits are the same.
 template <int kT, int kS, int kP>
-size_t staged_bytes(int K, int chunks) {
+bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K,
+                        int chunks, cudaStream_t stream) {
   const int steps = K / chunks / kLanes;
-  return (static_cast<size_t>(kP) * kT * (kS + 1) + static_cast<size_t>(chunks) * (steps + 1)) *
-         sizeof(uint4);
-}
-
-// The largest dynamic shared memory a block may have, with the staged kernel opted in to it.
-template <int kT, int kS, int kP>
-int staged_max_bytes() {
+  const size_t bytes =
+      (static_cast<size_t>(kP) * kT * (kS + 1) + static_cast<size_t>(chunks) * (steps + 1)) *
+      sizeof(uint4);
   static const int max_bytes = [] {  // once per process (bih drives one device per process)
     int device = 0;
     int optin = 0;
@@ -441,16 +438,7 @@ int staged_max_bytes() {
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     return optin;
   }();
-  return max_bytes;
-}
-
-// False where the block's shared memory would exceed what the device allows (a K far beyond the
-// presets'); the caller then runs the register kernel, whose bits are the same.
-template <int kT, int kS, int kP>
-bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K,
-                        int chunks, cudaStream_t stream) {
-  const size_t bytes = staged_bytes<kT, kS, kP>(K, chunks);
-  if (bytes > static_cast<size_t>(staged_max_bytes<kT, kS, kP>())) return false;
+  if (bytes > static_cast<size_t>(max_bytes)) return false;
   const int rows = kT / chunks;
   launch_early(chunk_tree_gemv_staged_kernel<kT, kS, kP>, dim3((N + rows - 1) / rows), dim3(kT),
                bytes, stream, static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
@@ -458,103 +446,44 @@ bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32
   return true;
 }
 
-// How a grid of the staged kernel covers the device: its fit (device_info.hpp), and the weight
-// bytes a block asks for ahead of the stage it adds. Waves of 0 where a block does not fit.
-struct StagedFit {
-  GridFit grid;
-  size_t bytes_ahead = 0;
-};
-template <int kT, int kS, int kP>
-StagedFit staged_fit(int N, int K, int chunks) {
-  const size_t bytes = staged_bytes<kT, kS, kP>(K, chunks);
-  if (bytes > static_cast<size_t>(staged_max_bytes<kT, kS, kP>())) return {};
-  const int rows = kT / chunks;
-  const int per_sm = blocks_per_multiprocessor(
-      reinterpret_cast<const void*>(chunk_tree_gemv_staged_kernel<kT, kS, kP>), kT, bytes);
-  return {grid_fit((N + rows - 1) / rows, per_sm), static_cast<size_t>(kP - 1) * kT * kS * 16};
-}
-
-// The staged GEMV's block shapes (threads x steps a stage x stages), each with its launcher and
-// fit; the bits are the same for every one. The three after 256x8x3 fill the shared memory that
-// grids of one to three blocks a multiprocessor leave unused (staged_gemv says how they measured).
+// The staged GEMV's block shapes to measure (threads x steps a stage x stages), each with its
+// launcher; the bits are the same for every one.
 using StagedLauncher = bool (*)(const void*, const void*, void*, float*, int, int, int,
                                 cudaStream_t);
 struct StagedShape {
   const char* name;
   StagedLauncher launch;
-  StagedFit (*fit)(int N, int K, int chunks);
 };
-template <int kT, int kS, int kP>
-constexpr StagedShape staged_shape_of(const char* name) {
-  return {name, launch_gemv_staged<kT, kS, kP>, staged_fit<kT, kS, kP>};
-}
-constexpr StagedShape kStagedShapes[] = {
-    staged_shape_of<256, 8, 3>("256x8x3"), staged_shape_of<256, 8, 6>("256x8x6"),
-    staged_shape_of<256, 4, 4>("256x4x4"), staged_shape_of<128, 8, 8>("128x8x8"),
-    staged_shape_of<256, 4, 3>("256x4x3"), staged_shape_of<256, 8, 2>("256x8x2"),
-    staged_shape_of<128, 8, 3>("128x8x3"), staged_shape_of<128, 4, 4>("128x4x4")};
+constexpr StagedShape kStagedShapes[] = {{"256x8x3", launch_gemv_staged<256, 8, 3>},
+                                         {"256x4x3", launch_gemv_staged<256, 4, 3>},
+                                         {"256x8x2", launch_gemv_staged<256, 8, 2>},
+                                         {"128x8x3", launch_gemv_staged<128, 8, 3>},
+                                         {"128x4x4", launch_gemv_staged<128, 4, 4>}};
 
 // The shape named `name`; std::invalid_argument naming `what` and the valid names otherwise.
 const StagedShape& staged_shape(const std::string& name, const std::string& what) {
   for (const StagedShape& shape : kStagedShapes) {
     if (name == shape.name) return shape;
   }
-  std::string valid = what == "BIH_TPINV_STAGED"          ? "auto, fit"
-                      : what == "BIH_TPINV_STAGED_NARROW" ? "registers"
-                                                          : "";
+  std::string valid;
   for (const StagedShape& shape : kStagedShapes) {
     valid += (valid.empty() ? "" : ", ") + std::string(shape.name);
   }
   throw std::invalid_argument(what + "=" + name + ": valid values are " + valid);
 }
 
-// The shape for an output: the fewest waves, then the most multiprocessors, then the most bytes
-// ahead (device_info.hpp's grid_fit). Null where no shape's block fits (the register kernel then).
-const StagedShape* staged_shape_for(int N, int K, int chunks) {
-  const StagedShape* best = nullptr;
-  StagedFit best_fit;
-  for (const StagedShape& shape : kStagedShapes) {
-    const StagedFit fit = shape.fit(N, K, chunks);
-    if (fit.grid.waves == 0) continue;
-    const bool better = best == nullptr || fit.grid.waves < best_fit.grid.waves ||
-                        (fit.grid.waves == best_fit.grid.waves &&
-                         (fit.grid.multiprocessors > best_fit.grid.multiprocessors ||
-                          (fit.grid.multiprocessors == best_fit.grid.multiprocessors &&
-                           fit.bytes_ahead > best_fit.bytes_ahead)));
-    if (better) {
-      best = &shape;
-      best_fit = fit;
-    }
-  }
-  return best;
-}
-
-// What serves M = 1, read once. From BIH_TPINV_STAGED_MIN_N columns on (4096 by default) the
-// staged kernel in the shape BIH_TPINV_STAGED names: 256x8x3 by default ("auto"), or "fit" for
-// staged_shape_for, which was slower on an H100 (gate_up 23.6 -> 26.0 us at 256x4x4, lm_head 217
-// -> 277 at 256x4x4, qkv 9.9 -> 10.1 at 256x8x6: reports/gpu/deep-rings-2026-12-07). Narrower
-// outputs: the shape BIH_TPINV_STAGED_NARROW names, or the register GEMV ("registers", the
-// default).
+// What serves M = 1 from which N on, read once: BIH_TPINV_STAGED (256x8x3 by default) and
+// BIH_TPINV_STAGED_MIN_N (4096 by default).
 struct StagedGemv {
-  const StagedShape* wide = &kStagedShapes[0];  // null: staged_shape_for ("fit")
-  const StagedShape* narrow = nullptr;          // null: the register GEMV
+  StagedLauncher launch = nullptr;
   int min_n = 4096;
 };
 const StagedGemv& staged_gemv() {
   static const StagedGemv chosen = [] {
     StagedGemv g;
-    if (const char* shape = std::getenv("BIH_TPINV_STAGED")) {
-      const std::string v = shape;
-      if (v == "fit") {
-        g.wide = nullptr;
-      } else if (v != "auto") {
-        g.wide = &staged_shape(v, "BIH_TPINV_STAGED");
-      }
-    }
-    if (const char* shape = std::getenv("BIH_TPINV_STAGED_NARROW")) {
-      const std::string v = shape;
-      if (v != "registers") g.narrow = &staged_shape(v, "BIH_TPINV_STAGED_NARROW");
-    }
+    const char* shape = std::getenv("BIH_TPINV_STAGED");
+    g.launch =
+        staged_shape(shape != nullptr ? shape : kStagedShapes[0].name, "BIH_TPINV_STAGED").launch;
     if (const char* v = std::getenv("BIH_TPINV_STAGED_MIN_N")) {
       char* end = nullptr;
       const long n = std::strtol(v, &end, 10);
@@ -567,16 +496,6 @@ const StagedGemv& staged_gemv() {
     return g;
   }();
   return chosen;
-}
-
-// The staged GEMV for M = 1 where it serves: false where the register kernel should.
-bool launch_staged_gemv(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K,
-                        int chunks, cudaStream_t stream) {
-  const StagedGemv& g = staged_gemv();
-  const StagedShape* shape = N < g.min_n         ? g.narrow
-                             : g.wide != nullptr ? g.wide
-                                                 : staged_shape_for(N, K, chunks);
-  return shape != nullptr && shape->launch(x, w, y_bf16, y_f32, N, K, chunks, stream);
 }
 
 template <int kSplit>
@@ -650,7 +569,9 @@ void launch_chunk_tree_gemm(const void* x, const void* w, void* y_bf16, float* y
   // from 4096 columns on the staged kernel (qkv 12.5 -> 10.7 us, gate_up 29.5 -> 24.4, lm_head
   // 310 -> 191); narrower outputs have too few chain sets to fill the GPU from shared memory, and
   // the four-threads-per-chain-set register kernel is faster there (o_proj 8.4 us, down 17.7).
-  if (M == 1 && vector && launch_staged_gemv(x, w, y_bf16, y_f32, N, K, chunks, stream)) return;
+  if (M == 1 && vector && N >= staged_gemv().min_n &&
+      staged_gemv().launch(x, w, y_bf16, y_f32, N, K, chunks, stream))
+    return;
   if (M == 1 && vector) return launch_gemv<4>(x, w, y_bf16, y_f32, N, K, chunks, stream);
   if (M == 1) return launch_tm<1>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);
   if (M == 2) return launch_tm<2>(x, w, y_bf16, y_f32, M, N, K, chunks, stream);

@@ -55,14 +55,7 @@
 namespace bih::cuda {
 namespace {
 
-constexpr int kBoxK = 64;
-
-// How a consumer warp hands a slot back to the producer once it has loaded the stage.
-enum SlotRelease : int {
-  kSlotReleaseUnfenced = 0,      // arrive right after the loads (the race; a diagnostic)
-  kSlotReleaseFenced = 1,        // fence.proxy.async, then arrive (the default)
-  kSlotReleaseAfterProducts = 2  // arrive after the stage's mmas, no fence
-};                               // bf16 per box row: 128 bytes, the 128-byte swizzle's span
+constexpr int kBoxK = 64;  // bf16 per box row: 128 bytes, the 128-byte swizzle's span
 
 // One instance's ring: kConsumers warps of 8 weight rows per CTA, kStages slots of kBoxes boxes.
 template <int kConsumersT, int kStagesT, int kBoxesT>
@@ -80,17 +73,16 @@ struct Ring {
   static_assert(kWeightBoxBytes % 1024 == 0 && kTokenBoxBytes % 1024 == 0);
 };
 // The rings, each named for BIH_GEMM_SKINNY_RING and the tests. "decode": 16 rows, 4 stages of
-// 256 k (49 KiB), 4 CTAs an SM, one wait per 16 chain steps. "wide": 32 rows, 4 stages of 128 k
-// (41 KiB), 5 CTAs an SM; with "decode" alone, gate_up's 768 CTAs took 1.45 waves and 7% longer
-// than cuBLAS (reports/gpu/decode-chain-2026-12-06, calls 5 and 6). The deeper rings fill the
-// shared memory that grids of one to three CTAs an SM leave unused (o_proj's and down's 128 CTAs
-// are one an SM); measured slower (ring_for), they serve only when named.
+// 256 k (49 KiB), 4 CTAs an SM, one wait per 16 chain steps. "wide", for weights of more than 4
+// CTAs an SM of "decode" (gate_up, lm_head): 32 rows, 4 stages of 128 k (41 KiB), 5 CTAs an SM;
+// with "decode" alone, gate_up's 768 CTAs took 1.45 waves and 7% longer than cuBLAS
+// (reports/gpu/decode-chain-2026-12-06, calls 5 and 6). Deeper rings where a grid leaves shared
+// memory unused (16 stages for o_proj's and down's one CTA an SM, 8 for qkv's two, 7 wide stages
+// for gate_up's three) made one step's GEMMs 13% slower on an H100 (down 14.1 -> 17.8 us): a chain
+// waits for its first stage, which a deep ring's whole burst delays
+// (reports/gpu/deep-rings-2026-12-07).
 using DecodeRing = Ring<2, 4, 4>;
-using DecodeRing6 = Ring<2, 6, 4>;    // 73 KiB: 3 CTAs an SM
-using DecodeRing8 = Ring<2, 8, 4>;    // 97 KiB: 2
-using DecodeRing16 = Ring<2, 16, 4>;  // 193 KiB: 1
 using WideRing = Ring<4, 4, 2>;
-using WideRing7 = Ring<4, 7, 2>;  // 71 KiB: 3
 
 using ptx::load_shared_8;
 using ptx::mbarrier_arrive;
@@ -112,7 +104,7 @@ template <class R>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
-                         int M, int N, int K, int slot_release, int release) {
+                         int M, int N, int K, int proxy_fence, int release) {
   constexpr int kConsumers = R::kConsumers;
   constexpr int kStages = R::kStages;
   constexpr int kBoxes = R::kBoxes;
@@ -130,8 +122,8 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
   const int lane = threadIdx.x & 31;
   const int row0 = blockIdx.x * kRows;
   const int stages = K / kStageK;
-  // Under BIH_STEP_PDL=2 and 3 only (programmatic_launch.cuh): the kernel after this one may then
-  // be resident and waiting while this grid's blocks still run.
+  // When the kernel after this one may start (programmatic_launch.cuh's GemmRelease): by default
+  // once every block's producer has asked for its last stage, below.
   if (release == kReleaseAtStart) ptx::allow_dependent_launch();
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < kStages; ++slot) {
@@ -198,22 +190,16 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     }
     // The shared loads above are generic-proxy reads; the producer's next copy into this slot is
     // an async-proxy write, which the mbarrier's release and acquire do not order after them.
-    // Without the fence, under many concurrent grids the copy engine now and then overwrote a
+    // Without this fence, under many concurrent grids the copy engine now and then overwrote a
     // slot before a warp's loads had read it: 156 output elements over 666,088 launches of one
-    // GPU matrix cell differed (reports/gpu/skinny-race-2026-12-06). kSlotReleaseUnfenced
-    // reproduces that; kSlotReleaseAfterProducts hands the slot back only once the stage's mmas,
-    // which read every loaded register, have issued, so no load can still be pending.
-    if (slot_release == kSlotReleaseFenced) ptx::fence_proxy_async_shared();
-    if (slot_release != kSlotReleaseAfterProducts) {
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(empty(slot));
-    }
+    // GPU matrix cell differed (reports/gpu/skinny-race-2026-12-06). BIH_GEMM_SKINNY_FENCE=0
+    // drops it, to reproduce that. Handing the slot back only after the stage's mmas instead,
+    // without the fence, measured no faster (reports/gpu/deep-rings-2026-12-07, call 2).
+    if (proxy_fence) ptx::fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty(slot));
 #pragma unroll
     for (int j = 0; j < 4 * kBoxes; ++j) mma_chain_step(acc, a[j], b[j]);
-    if (slot_release == kSlotReleaseAfterProducts) {
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(empty(slot));
-    }
   }
   // acc[0..1]: token g, columns n0 + 2t and n0 + 2t + 1.
   if (g < M) {
@@ -260,15 +246,13 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
 
 // Diagnostics for the matrix failure of reports/gpu/decode-chain-2026-12-06, read once:
 // BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
-// kernel is then a no-op); BIH_GEMM_SKINNY_RING names the ring that serves every shape it takes
-// (kRings), or "auto" (the default: "decode", or "wide" past 4 CTAs an SM), or "fit" (ring_for's
-// fewest waves, then deepest ring: slower, reports/gpu/deep-rings-2026-12-07);
-// BIH_GEMM_SKINNY_FENCE picks how a consumer hands a slot back: 1 (the default) fenced, 0
-// unfenced (the race), 2 after the stage's products.
+// kernel is then a no-op); BIH_GEMM_SKINNY_RING=decode or wide serves every shape it takes with
+// that ring ("auto", the default: ring_for); BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before
+// each slot's release (the race it closed).
 struct StreamDiagnostics {
   bool programmatic_launch = true;
   std::string ring = "auto";
-  int slot_release = kSlotReleaseFenced;
+  bool proxy_fence = true;
 };
 
 template <class R>
@@ -277,30 +261,14 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
 // One ring instance and what it takes.
 struct RingInstance {
   const char* name;
-  int rows;                     // weight rows a CTA
-  int stage_k;                  // k a stage
-  uint32_t weight_bytes_ahead;  // weight bytes a CTA asks for before its first chain step
-  const void* kernel;
-  size_t shared_bytes;
-  int threads;
+  int rows;     // weight rows a CTA
+  int stage_k;  // k a stage
   void (*launch)(const void*, const void*, void*, int, int, int, cudaStream_t);
   bool takes(int N, int K) const { return N % rows == 0 && K % stage_k == 0; }
 };
-template <class R>
-RingInstance ring_instance(const char* name) {
-  return {name,
-          R::kRows,
-          R::kStageK,
-          R::kStages * R::kBoxes * R::kWeightBoxBytes,
-          reinterpret_cast<const void*>(skinny_stream_kernel<R>),
-          R::kSharedBytes,
-          32 * (R::kConsumers + 1),
-          launch_ring<R>};
-}
 const RingInstance kRings[] = {
-    ring_instance<DecodeRing>("decode"),   ring_instance<DecodeRing6>("decode6"),
-    ring_instance<DecodeRing8>("decode8"), ring_instance<DecodeRing16>("decode16"),
-    ring_instance<WideRing>("wide"),       ring_instance<WideRing7>("wide7")};
+    {"decode", DecodeRing::kRows, DecodeRing::kStageK, launch_ring<DecodeRing>},
+    {"wide", WideRing::kRows, WideRing::kStageK, launch_ring<WideRing>}};
 
 const StreamDiagnostics& diagnostics() {
   static const StreamDiagnostics d = [] {
@@ -308,8 +276,8 @@ const StreamDiagnostics& diagnostics() {
     const char* pdl = std::getenv("BIH_GEMM_SKINNY_PDL");
     r.programmatic_launch = pdl == nullptr || std::string(pdl) != "0";
     if (const char* ring = std::getenv("BIH_GEMM_SKINNY_RING")) r.ring = ring;
-    bool known = r.ring == "auto" || r.ring == "fit";
-    std::string valid = "auto, fit";
+    bool known = r.ring == "auto";
+    std::string valid = "auto";
     for (const RingInstance& ring : kRings) {
       known = known || r.ring == ring.name;
       valid += std::string(", ") + ring.name;
@@ -317,13 +285,8 @@ const StreamDiagnostics& diagnostics() {
     if (!known) {
       throw std::invalid_argument("BIH_GEMM_SKINNY_RING=" + r.ring + ": valid values are " + valid);
     }
-    if (const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE")) {
-      const std::string f = fence;
-      if (f != "0" && f != "1" && f != "2") {
-        throw std::invalid_argument("BIH_GEMM_SKINNY_FENCE=" + f + ": valid values are 0, 1, 2");
-      }
-      r.slot_release = std::stoi(f);
-    }
+    const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
+    r.proxy_fence = fence == nullptr || std::string(fence) != "0";
     return r;
   }();
   return d;
@@ -336,39 +299,16 @@ const RingInstance* ring_named(const std::string& name) {
   return nullptr;
 }
 
-// The ring for a shape. Under "fit": the fewest waves of CTAs over the GPU, then the most weight
-// bytes a CTA asks for ahead. On an H100 that made one step's GEMMs 13% slower than "auto" (qkv
-// 9.6 -> 12.0 us, o_proj 7.2 -> 8.5, down 14.1 -> 17.8; reports/gpu/deep-rings-2026-12-07): a
-// chain waits for its first stage, which a deep ring's whole burst delays.
+// The ring for a shape: "decode" while its CTAs fit 4 an SM at once, "wide" past that.
 const RingInstance& ring_for(int N, int K) {
   const std::string& forced = diagnostics().ring;
   const RingInstance& decode = *ring_named("decode");
-  if (forced == "auto") {
-    const RingInstance& wide = *ring_named("wide");
-    return N / decode.rows > 4 * multiprocessor_count() && wide.takes(N, K) ? wide : decode;
-  }
-  if (forced != "fit") {
+  if (forced != "auto") {
     const RingInstance& ring = *ring_named(forced);  // diagnostics() checked the name
     return ring.takes(N, K) ? ring : decode;  // decode takes every shape skinny_stream_supports
   }
-  const RingInstance* best = nullptr;
-  GridFit best_fit;
-  for (const RingInstance& ring : kRings) {
-    if (!ring.takes(N, K)) continue;
-    allow_dynamic_shared_memory(ring.kernel, ring.shared_bytes);  // before the occupancy query
-    const GridFit fit = grid_fit(
-        N / ring.rows, blocks_per_multiprocessor(ring.kernel, ring.threads, ring.shared_bytes));
-    const bool better =
-        best == nullptr || fit.waves < best_fit.waves ||
-        (fit.waves == best_fit.waves && (fit.multiprocessors > best_fit.multiprocessors ||
-                                         (fit.multiprocessors == best_fit.multiprocessors &&
-                                          ring.weight_bytes_ahead > best->weight_bytes_ahead)));
-    if (better) {
-      best = &ring;
-      best_fit = fit;
-    }
-  }
-  return *best;  // "decode" takes every shape skinny_stream_supports
+  const RingInstance& wide = *ring_named("wide");
+  return N / decode.rows > 4 * multiprocessor_count() && wide.takes(N, K) ? wide : decode;
 }
 
 template <class R>
@@ -388,7 +328,7 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   config.attrs = &early;
   config.numAttrs = diagnostics().programmatic_launch ? 1 : 0;
   cudaCheck(cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N,
-                               K, diagnostics().slot_release, gemm_release()));
+                               K, diagnostics().proxy_fence ? 1 : 0, gemm_release()));
 }
 
 void check_supported(const char* who, int M, int N, int K, const void* x, const void* w) {

@@ -13,9 +13,12 @@
 // Every kernel launched with launch_early must therefore wait before its first access; the
 // kernels ahead of it may let it start as early as they like (the norms do as they start).
 //
-// The GEMMs themselves do not let the kernel after them start early: on an H100 that made one
-// step's invariant GEMMs 4.6% slower and the bs=1 full-graph step 8% (BIH_STEP_PDL=2,
-// reports/gpu/step-pdl-2026-12-07).
+// The GEMMs let the kernel after them start once each of their blocks has asked for its last
+// weights (BIH_STEP_PDL=3, the default): on an H100 one step's invariant GEMMs took 1.52 ms
+// instead of 1.60 (74.7-75.2% of the copy bandwidth, cuBLAS 72.5%), since the next GEMM's blocks
+// ask for their first weights while the last chains of the one before run
+// (reports/gpu/deep-rings-2026-12-07). Letting it start as they start (2) was slower
+// (reports/gpu/step-pdl-2026-12-07).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,14 +32,13 @@
 
 namespace bih::cuda {
 
-// BIH_STEP_PDL, read once: 0 launches the step's kernels the ordinary way; 1 (the default) launches
-// them early, the GEMMs letting the kernel after them start only as they end; 2 has the GEMMs let
-// it start as they start too (measured slower: reports/gpu/step-pdl-2026-12-07); 3 once each of
-// their blocks has asked for its last weights.
+// BIH_STEP_PDL, read once: 0 launches the step's kernels the ordinary way; 1 launches them early,
+// the GEMMs letting the kernel after them start only as they end; 2 has the GEMMs let it start as
+// they start; 3 (the default) once each of their blocks has asked for its last weights.
 inline int step_pdl_mode() {
   static const int mode = [] {
     const char* value = std::getenv("BIH_STEP_PDL");
-    if (value == nullptr) return 1;
+    if (value == nullptr) return 3;
     const std::string v = value;
     if (v != "0" && v != "1" && v != "2" && v != "3") {
       throw std::invalid_argument("BIH_STEP_PDL=" + v + ": valid values are 0, 1, 2 and 3");
@@ -52,7 +54,7 @@ inline bool step_kernels_launch_early() { return step_pdl_mode() >= 1; }
 enum GemmRelease : int {
   kReleaseAtEnd = 0,         // never: the kernel after it starts as the grid ends (modes 0, 1)
   kReleaseAtStart = 1,       // as the block starts (mode 2)
-  kReleaseAfterLastLoad = 2  // once the block has asked for its last weights (mode 3)
+  kReleaseAfterLastLoad = 2  // once the block has asked for its last weights (mode 3, the default)
 };
 inline int gemm_release() {
   switch (step_pdl_mode()) {
