@@ -244,17 +244,6 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
   return map;
 }
 
-// Diagnostics for the matrix failure of reports/gpu/decode-chain-2026-12-06, read once:
-// BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
-// kernel is then a no-op); BIH_GEMM_SKINNY_RING=decode or wide serves every shape it takes with
-// that ring ("auto", the default: ring_for); BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before
-// each slot's release (the race it closed).
-struct StreamDiagnostics {
-  bool programmatic_launch = true;
-  std::string ring = "auto";
-  bool proxy_fence = true;
-};
-
 template <class R>
 void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream);
 
@@ -269,28 +258,8 @@ struct RingInstance {
 const RingInstance kRings[] = {
     {"decode", DecodeRing::kRows, DecodeRing::kStageK, launch_ring<DecodeRing>},
     {"wide", WideRing::kRows, WideRing::kStageK, launch_ring<WideRing>}};
-
-const StreamDiagnostics& diagnostics() {
-  static const StreamDiagnostics d = [] {
-    StreamDiagnostics r;
-    const char* pdl = std::getenv("BIH_GEMM_SKINNY_PDL");
-    r.programmatic_launch = pdl == nullptr || std::string(pdl) != "0";
-    if (const char* ring = std::getenv("BIH_GEMM_SKINNY_RING")) r.ring = ring;
-    bool known = r.ring == "auto";
-    std::string valid = "auto";
-    for (const RingInstance& ring : kRings) {
-      known = known || r.ring == ring.name;
-      valid += std::string(", ") + ring.name;
-    }
-    if (!known) {
-      throw std::invalid_argument("BIH_GEMM_SKINNY_RING=" + r.ring + ": valid values are " + valid);
-    }
-    const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
-    r.proxy_fence = fence == nullptr || std::string(fence) != "0";
-    return r;
-  }();
-  return d;
-}
+const RingInstance& kDecode = kRings[0];
+const RingInstance& kWide = kRings[1];
 
 const RingInstance* ring_named(const std::string& name) {
   for (const RingInstance& ring : kRings) {
@@ -299,16 +268,43 @@ const RingInstance* ring_named(const std::string& name) {
   return nullptr;
 }
 
+// Diagnostics for the matrix failure of reports/gpu/decode-chain-2026-12-06, read once:
+// BIH_GEMM_SKINNY_PDL=0 launches without programmatic stream serialization (the wait in the
+// kernel is then a no-op); BIH_GEMM_SKINNY_RING=decode or wide serves every shape it takes with
+// that ring ("auto", the default: ring_for); BIH_GEMM_SKINNY_FENCE=0 drops the proxy fence before
+// each slot's release (the race it closed).
+struct StreamDiagnostics {
+  bool programmatic_launch = true;
+  const RingInstance* ring = nullptr;  // null: "auto"
+  bool proxy_fence = true;
+};
+const StreamDiagnostics& diagnostics() {
+  static const StreamDiagnostics d = [] {
+    StreamDiagnostics r;
+    const char* pdl = std::getenv("BIH_GEMM_SKINNY_PDL");
+    r.programmatic_launch = pdl == nullptr || std::string(pdl) != "0";
+    if (const char* ring = std::getenv("BIH_GEMM_SKINNY_RING"); ring != nullptr) {
+      const std::string name = ring;
+      r.ring = ring_named(name);
+      if (r.ring == nullptr && name != "auto") {
+        std::string valid = "auto";
+        for (const RingInstance& known : kRings) valid += std::string(", ") + known.name;
+        throw std::invalid_argument("BIH_GEMM_SKINNY_RING=" + name + ": valid values are " + valid);
+      }
+    }
+    const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
+    r.proxy_fence = fence == nullptr || std::string(fence) != "0";
+    return r;
+  }();
+  return d;
+}
+
 // The ring for a shape: "decode" while its CTAs fit 4 an SM at once, "wide" past that.
 const RingInstance& ring_for(int N, int K) {
-  const std::string& forced = diagnostics().ring;
-  const RingInstance& decode = *ring_named("decode");
-  if (forced != "auto") {
-    const RingInstance& ring = *ring_named(forced);  // diagnostics() checked the name
-    return ring.takes(N, K) ? ring : decode;  // decode takes every shape skinny_stream_supports
+  if (const RingInstance* forced = diagnostics().ring) {
+    return forced->takes(N, K) ? *forced : kDecode;  // decode takes every supported shape
   }
-  const RingInstance& wide = *ring_named("wide");
-  return N / decode.rows > 4 * multiprocessor_count() && wide.takes(N, K) ? wide : decode;
+  return N / kDecode.rows > 4 * multiprocessor_count() && kWide.takes(N, K) ? kWide : kDecode;
 }
 
 template <class R>

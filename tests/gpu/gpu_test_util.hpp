@@ -80,11 +80,13 @@ class DeviceBuffer {
   } while (0)
 
 // After BIH_SKIP_WITHOUT_GPU, for tests of the sm_90 kernels (the tensor copy engine instance):
-// another GPU is a legitimate place to run the rest, so this is a skip even under
-// BIH_REQUIRE_GPU=1.
-#define BIH_SKIP_UNLESS_SM90()                                              \
-  do {                                                                      \
-    if (::bih::test::compute_capability_major() != 9) {                     \
-      GTEST_SKIP() << "the tensor copy engine instance is built for sm_90"; \
-    }                                                                       \
+// another GPU is a legitimate place to run the rest, so that is a skip even under
+// BIH_REQUIRE_GPU=1; a GPU whose compute capability CUDA cannot read fails the test.
+#define BIH_SKIP_UNLESS_SM90()                                                         \
+  do {                                                                                 \
+    const int bih_major_ = ::bih::test::compute_capability_major();                    \
+    if (bih_major_ == 0) GTEST_FAIL() << "CUDA could not read the compute capability"; \
+    if (bih_major_ != 9) {                                                             \
+      GTEST_SKIP() << "the tensor copy engine instance is built for sm_90";            \
+    }                                                                                  \
   } while (0)

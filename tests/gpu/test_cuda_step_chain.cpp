@@ -7,8 +7,9 @@
 // then the chain runs kRounds times on one stream with nothing but kernels between them; every
 // round's outputs must have the bits of the same chain run with a synchronize after each kernel. A
 // kernel that touched its input before its griddepcontrol.wait would read the NaN fill or a
-// half-written row. By default (BIH_STEP_PDL=1) the GEMMs start early after the norms and SiLU-mul;
-// under BIH_STEP_PDL=2 every kernel does (ci/device-check.sh runs the test both ways).
+// half-written row. By default (BIH_STEP_PDL=3) the GEMMs start early after the norms and SiLU-mul,
+// and those start early once every block of the GEMM before has asked for its last weights; under
+// BIH_STEP_PDL=2 every kernel starts as the one before starts (ci/device-check.sh runs both).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
