@@ -3,7 +3,8 @@
 # with the fenced slot release is the default. The whole GPU suite; the step chain under
 # BIH_STEP_PDL=2; the bench under the default against BIH_STEP_PDL=1, alternating; the bs=1 eager
 # step's GPU time op by op; the GPU matrix under the default with its gate and per-cell timings.
-# Sized for about 420 s of a 560 s limit.
+# The TP=8 eager cell alone and two at once in two processes. Sized for about 460 s of a
+# 560 s limit.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 start=$(date +%s)
@@ -47,6 +48,23 @@ pack
 BIH_CUDA_PROFILE=1 timeout 60 build-device/bih_cuda_bench \
   --benchmark_filter='BM_DecodeStep/qwen3-1.7b/tp:1/bs:1/graph:none/kernels:invariant/' >"$R/profile.txt" 2>&1
 say "profile: exit $?"; grep -A20 "GPU time of" "$R/profile.txt" | head -24 | tee -a "$S"
+pack
+# Is an eager emulated cell bound by its process (one CUDA context's driver lock over every lane's
+# and rank's calls)? The TP=8 eager SP-fixed cell alone, then two copies of it at once in two
+# processes: if the pair takes about as long as one, processes scale where lanes did not.
+cell='tp=8,sp=on(min=1),ar=tree,rs=fixed,graph=none,prefix=off'
+t=$(date +%s)
+BIH_EMULATED_HOST_PROFILE=1 timeout 60 build-device/bih run scenarios/issue-56370-gpu.json \
+  --only "$cell" --out /tmp/one >"$R/tp8-eager-one.txt" 2>&1
+say "tp8 eager cell, one process: exit $? in $(( $(date +%s) - t )) s"
+t=$(date +%s)
+for i in 1 2; do
+  timeout 90 build-device/bih run scenarios/issue-56370-gpu.json --only "$cell" \
+    --out /tmp/two-$i >"$R/tp8-eager-two-$i.txt" 2>&1 &
+done
+wait
+say "tp8 eager cell, two processes at once: $(( $(date +%s) - t )) s"
+grep -h "emulated GPU group" "$R"/tp8-eager-one.txt | head -3 | tee -a "$S"
 pack
 left=$(( 550 - ($(date +%s) - start) ))
 say "time left for the matrix: $left s"
