@@ -4,15 +4,16 @@
 // last to arrive checks that every rank called the same collective and completes the call, and the
 // order of arrival is recorded (the `arrival` order model sums along it). After barrier 1 each rank
 // reads its peers' inputs. Barrier 2 holds every rank until all have read, so that no input is
-// overwritten while a peer still reads it. A group whose ranks post inputs that nothing overwrites
-// before the next call has been met (the GPU group's eager staging copies) skips barrier 2: a call
-// posts how many barriers it takes, and every rank must post the same.
+// overwritten while a peer still reads it. A group whose ranks' later writes are ordered after
+// every read by other means (the GPU group: one kernel on its hub stream reads every input, and
+// each rank's stream waits for that kernel) skips barrier 2: a call posts how many barriers it
+// takes, and every rank must post the same.
 //
 // The last rank to arrive at either barrier may run work for the whole group before anyone is
-// released (the GPU group joins every rank's stream on one hub stream there: n event waits
-// instead of n * (n - 1)). Where the machine has a core for every rank of every group alive in
-// the process, a waiting rank spins briefly before it sleeps: an eager emulated step meets at a
-// barrier some hundred times, and a sleeping thread's wake-up costs tens of microseconds each time.
+// released (the GPU group launches the collective for every rank there, on its hub stream). Where
+// the machine has a core for every rank of every group alive in the process, a waiting rank spins
+// briefly before it sleeps: an eager emulated step meets at a barrier some hundred times, and a
+// sleeping thread's wake-up costs tens of microseconds each time.
 //
 // A failure must not hang the peers: abort(why) wakes every waiting rank with CommAborted(why) and
 // every later call throws too. An optional watchdog aborts a barrier that waits too long, naming

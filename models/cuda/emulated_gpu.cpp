@@ -70,17 +70,6 @@ double seconds_since(std::chrono::steady_clock::time_point& since) {
 const uint16_t* bits_of(const bf16* p) { return reinterpret_cast<const uint16_t*>(p); }
 uint16_t* bits_of(bf16* p) { return reinterpret_cast<uint16_t*>(p); }
 
-// Launch arguments reading every rank's input, summing along `chain`.
-detail::ChainSumArgs chain_sum_args(ReduceOrder order, const std::vector<const bf16*>& inputs,
-                                    const std::vector<int>& chain) {
-  detail::ChainSumArgs args;
-  for (size_t r = 0; r < inputs.size(); ++r) args.inputs[r] = bits_of(inputs[r]);
-  std::copy(chain.begin(), chain.end(), args.chain);
-  args.chain_length = static_cast<int>(chain.size());
-  args.fp32_once = order == ReduceOrder::fixed;
-  return args;
-}
-
 }  // namespace
 
 // ---- EmulatedGpuRank ----------------------------------------------------------------------------
@@ -91,7 +80,6 @@ EmulatedGpuRank::EmulatedGpuRank(EmulatedGpuGroup* group, int rank) : group_(gro
     // Non-blocking: the legacy default stream must not silently order the ranks' streams.
     cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&input_ready_, cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&read_done_, cudaEventDisableTiming));
   } catch (...) {
     release();  // a throwing constructor runs no destructor
     throw;
@@ -105,15 +93,11 @@ void EmulatedGpuRank::release() noexcept {
   cudaSetDevice(group_->device_);
   if (stream_ != nullptr) {
     cudaStreamSynchronize(stream_);
-    scratch_.free_on(stream_);
-    for (StreamBuffer& slot : staging_) slot.free_on(stream_);
-    cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
   if (input_ready_ != nullptr) cudaEventDestroy(input_ready_);
-  if (read_done_ != nullptr) cudaEventDestroy(read_done_);
   stream_ = nullptr;
-  input_ready_ = read_done_ = nullptr;
+  input_ready_ = nullptr;
   cudaGetLastError();
 }
 
@@ -152,22 +136,6 @@ void EmulatedGpuRank::synchronize() const {
   cudaCheck(cudaStreamSynchronize(stream_));
 }
 
-void EmulatedGpuRank::StreamBuffer::reserve(size_t bytes, CUstream_st* stream) {
-  if (bytes <= capacity) return;
-  const size_t grown = std::max(bytes, 2 * capacity);
-  if (data != nullptr) cudaCheck(cudaFreeAsync(data, stream));
-  data = nullptr;
-  capacity = 0;
-  cudaCheck(cudaMallocAsync(&data, grown, stream));
-  capacity = grown;
-}
-
-void EmulatedGpuRank::StreamBuffer::free_on(CUstream_st* stream) noexcept {
-  if (data != nullptr) cudaFreeAsync(data, stream);
-  data = nullptr;
-  capacity = 0;
-}
-
 // ---- EmulatedGpuGroup ---------------------------------------------------------------------------
 
 EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vector<int> ring_order,
@@ -180,8 +148,7 @@ EmulatedGpuGroup::EmulatedGpuGroup(int size, CollectiveOrders orders, std::vecto
       rendezvous_(size, watchdog, "emulated GPU comm") {
   cudaCheck(cudaSetDevice(device));
   cudaCheck(cudaStreamCreateWithFlags(&hub_.stream, cudaStreamNonBlocking));
-  cudaCheck(cudaEventCreateWithFlags(&hub_.inputs_ready, cudaEventDisableTiming));
-  join_inputs_ = [this] { join_on_hub(); };
+  cudaCheck(cudaEventCreateWithFlags(&hub_.done, cudaEventDisableTiming));
   ranks_.reserve(size);
   for (int r = 0; r < size; ++r) {
     ranks_.push_back(std::unique_ptr<EmulatedGpuRank>(new EmulatedGpuRank(this, r)));
@@ -201,21 +168,22 @@ void EmulatedGpuGroup::print_host_profile() const {
   }
   if (all.calls == 0) return;
   const double us = 1e6 / static_cast<double>(all.calls);
-  std::fprintf(stderr, "%s",
-               fmt::format("emulated GPU group of {} ranks: {} collectives a rank; host time a "
-                           "collective a rank: {:.1f} us before the barrier (checks, staging "
-                           "copy, record), {:.1f} us at it, {:.1f} us after (waits, launches); at "
-                           "the barrier by rank (us):{}\n",
-                           size_, all.calls / size_, all.before * us, all.barrier * us,
-                           all.after * us, barrier_by_rank)
-                   .c_str());
+  std::fprintf(
+      stderr, "%s",
+      fmt::format("emulated GPU group of {} ranks: {} collectives a rank; host time a "
+                  "collective a rank: {:.1f} us before the barrier (checks, record), "
+                  "{:.1f} us at it (the hub launch included), {:.1f} us after (the wait); at "
+                  "the barrier by rank (us):{}\n",
+                  size_, all.calls / size_, all.before * us, all.barrier * us, all.after * us,
+                  barrier_by_rank)
+          .c_str());
 }
 
 EmulatedGpuGroup::~EmulatedGpuGroup() {
   if (host_profile_) print_host_profile();
-  // A rank's staging slots may still be read by a peer's stream after its own stream is done
-  // (there is no second barrier eagerly): every stream drains before any rank frees anything.
+  // An aborted call may leave a hub kernel no rank waited for: it drains before any rank goes.
   cudaSetDevice(device_);
+  if (hub_.stream != nullptr) cudaStreamSynchronize(hub_.stream);
   for (const auto& r : ranks_) {
     if (r->stream_ != nullptr) cudaStreamSynchronize(r->stream_);
   }
@@ -227,7 +195,7 @@ EmulatedGpuGroup::Hub::~Hub() {
     cudaStreamSynchronize(stream);
     cudaStreamDestroy(stream);
   }
-  if (inputs_ready != nullptr) cudaEventDestroy(inputs_ready);
+  if (done != nullptr) cudaEventDestroy(done);
   cudaGetLastError();
 }
 
@@ -256,22 +224,6 @@ void EmulatedGpuGroup::check_pointer(int rank, const void* p, size_t count, cons
   seen.push_back(p);
 }
 
-void EmulatedGpuGroup::join_on_hub() {
-  for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(hub_.stream, r->input_ready_, 0));
-  cudaCheck(cudaEventRecord(hub_.inputs_ready, hub_.stream));
-}
-
-void EmulatedGpuGroup::wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which, bool on_hub) {
-  cudaStream_t stream = ranks_[rank]->stream_;
-  if (on_hub) {
-    cudaCheck(cudaStreamWaitEvent(stream, hub_.inputs_ready, 0));
-    return;
-  }
-  for (int q = 0; q < size_; ++q) {
-    if (q != rank) cudaCheck(cudaStreamWaitEvent(stream, ranks_[q].get()->*which, 0));
-  }
-}
-
 void EmulatedGpuGroup::single_rank_copy(const bf16* in, bf16* out, size_t count) {
   rendezvous_.throw_if_aborted();
   EmulatedGpuRank& me = *ranks_[0];
@@ -289,181 +241,146 @@ bool EmulatedGpuGroup::capturing(int rank) const {
   return capture != cudaStreamCaptureStatusNone;
 }
 
-const void* EmulatedGpuGroup::stage_input(int rank, const void* in, size_t bytes) {
-  EmulatedGpuRank& me = *ranks_[rank];
-  EmulatedGpuRank::StreamBuffer& slot = me.staging_[me.staging_parity_];
-  me.staging_parity_ ^= 1;
-  // The slot's last readers finished before this stream's wait of the call in between
-  // (emulated_gpu.hpp), so its stream-ordered growth and the copy may overwrite it.
-  slot.reserve(bytes, me.stream_);
-  if (bytes != 0) {
-    cudaCheck(cudaMemcpyAsync(slot.data, in, bytes, cudaMemcpyDeviceToDevice, me.stream_));
-  }
-  return slot.data;
-}
-
-void EmulatedGpuGroup::meet(int rank, const Meeting& m, const std::function<void(bool)>& reads,
-                            const std::function<void()>& after_reads) {
+void EmulatedGpuGroup::meet(int rank, const Meeting& m) {
   EmulatedGpuRank& me = *ranks_[rank];
   std::chrono::steady_clock::time_point since;
   if (host_profile_) since = std::chrono::steady_clock::now();
   Rendezvous::Posted posted{m.op, nullptr, m.count};
+  posted.barriers = 1;  // the hub kernel's "done" orders every later write after its reads
   rendezvous_.run_or_abort(rank, m.name, [&] {
     cudaCheck(cudaSetDevice(device_));
     m.check();
-    posted.barriers = capturing(rank) ? 2 : 1;
-    const void* in = posted.barriers == 1 ? stage_input(rank, m.in, m.in_bytes) : m.in;
+    me.capturing_ = capturing(rank);
+    me.output_ = m.out;
     if (m.f32) {
-      posted.in_f32 = static_cast<const float*>(in);
+      posted.in_f32 = static_cast<const float*>(m.in);
     } else {
-      posted.in = static_cast<const bf16*>(in);
+      posted.in = static_cast<const bf16*>(m.in);
     }
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
   });
   if (m.arrival) Rendezvous::sleep_before_arrival();
   EmulatedGpuRank::HostTimes& times = me.host_times_;
   if (host_profile_) times.before += seconds_since(since);
-  const bool staged = posted.barriers == 1;
-  const uint64_t call = rendezvous_.publish_and_wait(
-      rank, posted, staged ? join_inputs_ : Rendezvous::LastArrivalWork{});
+  rendezvous_.publish_and_wait(rank, posted, [&] { launch_on_hub(m); });
   if (host_profile_) times.barrier += seconds_since(since);
   rendezvous_.run_or_abort(rank, m.name, [&] {
     me.last_arrival_order_ = rendezvous_.arrival_order();
-    wait_for_peers(rank, &EmulatedGpuRank::input_ready_, staged);
-    reads(staged);
-    if (!staged) cudaCheck(cudaEventRecord(me.read_done_, me.stream_));
+    cudaCheck(cudaStreamWaitEvent(me.stream_, hub_.done, 0));
   });
   if (host_profile_) {
     times.after += seconds_since(since);
     ++times.calls;
   }
-  if (staged) return;
-  rendezvous_.finish_and_wait(rank, call);
-  if (host_profile_) times.barrier += seconds_since(since);
-  // Peers' later work on their streams may overwrite their inputs only after this rank read them,
-  // and vice versa.
-  rendezvous_.run_or_abort(rank, m.name, [&] {
-    wait_for_peers(rank, &EmulatedGpuRank::read_done_, false);
-    if (after_reads) after_reads();
-  });
+}
+
+void EmulatedGpuGroup::launch_on_hub(const Meeting& m) {
+  for (int r = 1; r < size_; ++r) {
+    if (ranks_[r]->capturing_ != ranks_[0]->capturing_) {
+      throw std::invalid_argument(fmt::format(
+          "emulated GPU comm: {}: rank {} is {}capturing a CUDA graph and rank {} is {}; every "
+          "rank of a collective must be capturing or none",
+          m.name, r, ranks_[r]->capturing_ ? "" : "not ", 0,
+          ranks_[0]->capturing_ ? "capturing" : "not"));
+    }
+  }
+  for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(hub_.stream, r->input_ready_, 0));
+  if (size_ <= detail::kHubSmallRanks) {
+    fill_and_launch<detail::kHubSmallRanks>(m);
+  } else {
+    fill_and_launch<detail::kMaxChainLength>(m);
+  }
+  cudaCheck(cudaEventRecord(hub_.done, hub_.stream));
+}
+
+template <int kRanks>
+void EmulatedGpuGroup::fill_and_launch(const Meeting& m) {
+  detail::HubArgs<kRanks> args;
+  args.ranks = size_;
+  args.count = m.count;
+  args.segment = std::max<size_t>(m.count, 1);
+  for (int r = 0; r < size_; ++r) {
+    args.inputs[r] = m.f32 ? static_cast<const void*>(rendezvous_.inputs_f32()[r])
+                           : static_cast<const void*>(rendezvous_.inputs()[r]);
+    args.outputs[r] = static_cast<uint16_t*>(ranks_[r]->output_);
+  }
+  const RankSequences sequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()};
+  auto set_chain = [&](int row, const std::vector<int>& chain) {
+    if (args.chain_length != 0 && args.chain_length != static_cast<int>(chain.size())) {
+      throw std::logic_error("emulated GPU comm: chains of one collective differ in length");
+    }
+    args.chain_length = static_cast<int>(chain.size());
+    std::copy(chain.begin(), chain.end(), args.chains[row]);
+  };
+  switch (m.op) {
+    case CollectiveOp::all_reduce: {
+      args.op = detail::HubOp::all_reduce;
+      args.fp32_once = orders_.all_reduce == ReduceOrder::fixed;
+      // The chain is constant over a ring chunk (ring) or over the whole message (other orders):
+      // a row per such segment, with the chain the pure model gives its first element.
+      if (orders_.all_reduce == ReduceOrder::ring) args.segment = ring_chunk_size(m.count, size_);
+      for (size_t begin = 0, row = 0; begin < m.count; begin += args.segment, ++row) {
+        set_chain(static_cast<int>(row),
+                  all_reduce_chain(orders_.all_reduce, size_, m.count, begin, sequences));
+      }
+      break;
+    }
+    case CollectiveOp::reduce_scatter:
+      args.op = detail::HubOp::reduce_scatter;
+      args.fp32_once = orders_.reduce_scatter == ReduceOrder::fixed;
+      for (int owner = 0; owner < size_; ++owner) {
+        set_chain(owner, reduce_scatter_chain(orders_.reduce_scatter, size_, owner, sequences));
+      }
+      break;
+    case CollectiveOp::all_gather:
+      args.op = detail::HubOp::all_gather;
+      break;
+    case CollectiveOp::all_reduce_f32:
+      args.op = detail::HubOp::all_reduce_tree_f32;
+      break;
+    case CollectiveOp::reduce_scatter_f32:
+      args.op = detail::HubOp::reduce_scatter_tree_f32;
+      break;
+  }
+  detail::launch_hub(args, hub_.stream);
 }
 
 void EmulatedGpuGroup::all_reduce(int rank, bf16* data, size_t count) {
   if (size_ == 1) return single_rank_copy(data, data, count);
-  EmulatedGpuRank& me = *ranks_[rank];
-  const Meeting meeting{CollectiveOp::all_reduce,
-                        "all_reduce",
-                        data,
-                        count * sizeof(bf16),
-                        count,
-                        false,
-                        orders_.all_reduce == ReduceOrder::arrival,
-                        [&] {
-                          check_pointer(rank, data, count, "all_reduce data");
-                          // Eagerly too, though only a captured call sums into scratch: the eager
-                          // warm-up then sizes it, and a capture allocates nothing (an allocation
-                          // node the graph never frees would refuse its second launch).
-                          me.scratch_.reserve(count * sizeof(bf16), me.stream_);
-                        }};
-  meet(
-      rank, meeting,
-      [&](bool staged) {
-        if (count == 0) return;
-        // Staged, nobody reads `data` but this rank. Otherwise `data` is every peer's input too:
-        // the sum goes to scratch and over `data` after the second barrier.
-        bf16* const out = staged ? data : static_cast<bf16*>(me.scratch_.data);
-        const RankSequences sequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()};
-        // The chain is constant over a ring chunk (ring) or over the whole message (other orders):
-        // one launch per such segment, with the chain the pure model gives its first element.
-        const size_t segment =
-            orders_.all_reduce == ReduceOrder::ring ? ring_chunk_size(count, size_) : count;
-        for (size_t begin = 0; begin < count; begin += segment) {
-          const std::vector<int> chain =
-              all_reduce_chain(orders_.all_reduce, size_, count, begin, sequences);
-          detail::ChainSumArgs args =
-              chain_sum_args(orders_.all_reduce, rendezvous_.inputs(), chain);
-          args.input_offset = begin;
-          args.count = std::min(segment, count - begin);
-          args.out = bits_of(out + begin);
-          detail::launch_chain_sum(args, me.stream_);
-        }
-      },
-      [&] {
-        if (count == 0) return;
-        cudaCheck(cudaMemcpyAsync(data, me.scratch_.data, count * sizeof(bf16),
-                                  cudaMemcpyDeviceToDevice, me.stream_));
-      });
+  meet(rank, Meeting{CollectiveOp::all_reduce, "all_reduce", data, data, count, false,
+                     orders_.all_reduce == ReduceOrder::arrival,
+                     [&] { check_pointer(rank, data, count, "all_reduce data"); }});
 }
 
 void EmulatedGpuGroup::reduce_scatter(int rank, const bf16* in, bf16* out, size_t count) {
   if (size_ == 1) return single_rank_copy(in, out, count);
-  EmulatedGpuRank& me = *ranks_[rank];
-  const Meeting meeting{CollectiveOp::reduce_scatter,
-                        "reduce_scatter",
-                        in,
-                        count * size_ * sizeof(bf16),
-                        count,
-                        false,
-                        orders_.reduce_scatter == ReduceOrder::arrival,
-                        [&] {
-                          check_pointer(rank, in, count * size_, "a reduce_scatter input");
-                          check_pointer(rank, out, count, "a reduce_scatter output");
-                        }};
-  meet(rank, meeting, [&](bool) {
-    const std::vector<int> chain = reduce_scatter_chain(
-        orders_.reduce_scatter, size_, rank,
-        RankSequences{.ring = ring_order_, .arrival = rendezvous_.arrival_order()});
-    detail::ChainSumArgs args = chain_sum_args(orders_.reduce_scatter, rendezvous_.inputs(), chain);
-    // Only this rank reads block `rank` of the inputs, and each element is read before it is
-    // written, so out may be in + rank*count (in place).
-    args.input_offset = static_cast<size_t>(rank) * count;
-    args.count = count;
-    args.out = bits_of(out);
-    detail::launch_chain_sum(args, me.stream_);
-  });
+  meet(rank, Meeting{CollectiveOp::reduce_scatter, "reduce_scatter", in, out, count, false,
+                     orders_.reduce_scatter == ReduceOrder::arrival, [&] {
+                       check_pointer(rank, in, count * size_, "a reduce_scatter input");
+                       check_pointer(rank, out, count, "a reduce_scatter output");
+                     }});
 }
 
 void EmulatedGpuGroup::all_gather(int rank, const bf16* in, bf16* out, size_t count) {
   if (size_ == 1) return single_rank_copy(in, out, count);
-  EmulatedGpuRank& me = *ranks_[rank];
-  const Meeting meeting{
-      CollectiveOp::all_gather, "all_gather", in, count * sizeof(bf16), count, false, false, [&] {
-        check_pointer(rank, in, count, "an all_gather input");
-        check_pointer(rank, out, count * size_, "an all_gather output");
-      }};
-  meet(rank, meeting, [&](bool) {
-    // In place (in == out + rank*count, unstaged) the own block is already there: the kernel
-    // skips it.
-    detail::GatherArgs args;
-    for (int q = 0; q < size_; ++q) args.inputs[q] = bits_of(rendezvous_.inputs()[q]);
-    args.ranks = size_;
-    args.count = count;
-    args.out = bits_of(out);
-    detail::launch_gather(args, me.stream_);
-  });
+  meet(rank, Meeting{CollectiveOp::all_gather, "all_gather", in, out, count, false, false, [&] {
+                       check_pointer(rank, in, count, "an all_gather input");
+                       check_pointer(rank, out, count * size_, "an all_gather output");
+                     }});
 }
 
-// The tree's sum reads every rank's fp32 input and writes only this rank's bf16 output, so no
-// scratch is needed.
+// The tree's sum reads every rank's fp32 input and writes each rank's bf16 output, which never
+// overlaps an input.
 void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char* name,
                                            const float* in, bf16* out, size_t offset,
                                            size_t count) {
   EmulatedGpuRank& me = *ranks_[rank];
   const size_t in_count = op == CollectiveOp::all_reduce_f32 ? count : count * size_;
-  auto launch = [&](const std::vector<const float*>& inputs) {
-    detail::TreeF32SumArgs args;
+  auto check_pointers = [&] {
     if (!tp_invariant_tp_ok(size_)) {
       throw std::invalid_argument(std::string("emulated GPU comm: ") + name + " needs 1, 2, 4 or " +
                                   "8 ranks (the chunk tree), not " + std::to_string(size_));
     }
-    std::copy(inputs.begin(), inputs.end(), args.inputs);
-    args.ranks = size_;
-    args.input_offset = offset;
-    args.count = count;
-    args.out = bits_of(out);
-    detail::launch_tree_f32_sum(args, me.stream_);
-  };
-  auto check_pointers = [&] {
     cudaCheck(cudaSetDevice(device_));
     check_pointer(rank, in, in_count, "a tree collective's fp32 input");
     check_pointer(rank, out, count, "a tree collective's output");
@@ -472,11 +389,16 @@ void EmulatedGpuGroup::tree_f32_collective(int rank, CollectiveOp op, const char
     rendezvous_.throw_if_aborted();
     me.last_arrival_order_ = {0};
     check_pointers();
-    launch({in});
+    detail::TreeF32SumArgs args;
+    args.inputs[0] = in;
+    args.ranks = 1;
+    args.input_offset = offset;
+    args.count = count;
+    args.out = bits_of(out);
+    detail::launch_tree_f32_sum(args, me.stream_);
     return;
   }
-  const Meeting meeting{op, name, in, in_count * sizeof(float), count, true, false, check_pointers};
-  meet(rank, meeting, [&](bool) { launch(rendezvous_.inputs_f32()); });
+  meet(rank, Meeting{op, name, in, out, count, true, false, check_pointers});
 }
 }  // namespace bih::cuda
 

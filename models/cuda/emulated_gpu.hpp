@@ -7,24 +7,18 @@
 // everything enqueued there before (so a rank's kernels and collectives simply follow each other
 // on its stream), and later work on that stream sees the result.
 //
-// A collective, eagerly, is one host barrier per rank: copy my input into my staging slot and
-// record "my input is ready" on my stream; barrier 1 (where the arrival order is recorded, and the
-// last rank to arrive joins every rank's event on the group's hub stream); make my stream wait for
-// the hub's one event; launch the sum (or the copies) that reads every rank's staging slot and
-// writes my output (all_reduce writes `data` directly: peers read only my copy of it).
-// Each rank has two staging slots, used alternately: a slot is written again two collectives later,
-// when my stream has already waited for every peer's "input ready" of the collective in between,
-// which each peer recorded after its reads of this slot. So no second barrier is needed, and the
-// caller may overwrite its input as soon as the call returns. Against two barriers per collective
-// this halves the times the ranks' threads meet and cuts a collective's API calls per rank from
-// about nine to six, most of an eager step's host time at TP=8.
-//
-// While the streams are being captured into a graph, a collective is two barriers and no copy:
-// record "input ready"; barrier 1; wait for each peer's event directly (the waits become the
-// graph's edges); launch the sum that reads every rank's input in place; record "I have read";
-// barrier 2; wait for every peer's "I have read", so that nothing later overwrites an input a peer
-// still reads. all_reduce sums into a per-rank scratch there and copies it into `data` after that
-// second wait. Every rank of a call must be capturing or none (checked at barrier 1).
+// A collective is one host barrier and one kernel, eagerly and while the streams are captured
+// into a graph alike: each rank records "my input is ready" on its stream and posts its input and
+// output at barrier 1 (where the arrival order is recorded); the last rank to arrive makes the
+// group's hub stream wait for every rank's event, launches ONE kernel there that computes every
+// rank's output (emulated_gpu_kernels.hpp, HubArgs) and records the hub's "done"; every rank's
+// stream then waits for "done". The kernel reads the inputs in place: a rank's later work, which
+// is what could overwrite its input, runs after "done", so no staging copy and no second barrier
+// are needed, and the caller may overwrite its input as soon as the call returns. Against a sum
+// kernel per rank (each reading staged copies) this is 3n + 2 stream operations per collective
+// instead of 5n + 1, one kernel on the GPU instead of 2n, and while capturing one graph
+// node with 2n edges instead of n(n - 1) waits and a copy per rank.
+// Every rank of a call must be capturing or none (checked by the last arrival).
 //
 // The host picks each element's chain with the pure functions of reduce_order.hpp; the device
 // only adds (emulated_gpu_kernels.hpp). Results are bitwise the CPU EmulatedGroup's for every
@@ -59,7 +53,7 @@ class EmulatedGpuGroup;
 // group's GPU (std::invalid_argument otherwise, and the group aborts so peers do not hang).
 class EmulatedGpuRank final : public Communicator {
  public:
-  ~EmulatedGpuRank() override;  // waits for the stream, then frees its stream, events, scratch
+  ~EmulatedGpuRank() override;  // waits for the stream, then frees its stream and event
   EmulatedGpuRank(const EmulatedGpuRank&) = delete;
   EmulatedGpuRank& operator=(const EmulatedGpuRank&) = delete;
 
@@ -84,33 +78,23 @@ class EmulatedGpuRank final : public Communicator {
 
  private:
   friend class EmulatedGpuGroup;
-  EmulatedGpuRank(EmulatedGpuGroup* group, int rank);  // creates the stream and events
+  EmulatedGpuRank(EmulatedGpuGroup* group, int rank);  // creates the stream and event
   void release() noexcept;                             // waits for the stream, frees what exists
-
-  // Device memory this rank grows and frees in its stream's order, so the old block is released
-  // only after the stream's earlier uses of it (and whatever the stream waited for before).
-  struct StreamBuffer {
-    void* data = nullptr;  // [capacity] bytes, device
-    size_t capacity = 0;
-    void reserve(size_t bytes, CUstream_st* stream);  // at least `bytes`, growing by doubling
-    void free_on(CUstream_st* stream) noexcept;
-  };
 
   EmulatedGpuGroup* group_;
   int rank_;
   CUstream_st* stream_ = nullptr;
   CUevent_st* input_ready_ = nullptr;  // recorded before barrier 1
-  CUevent_st* read_done_ = nullptr;    // captured: recorded once this rank's reads are enqueued
-  StreamBuffer scratch_;               // bf16: a captured all_reduce's sum before the copy
-  // Eager collectives' copies of this rank's input, the slot alternating from call to call.
-  StreamBuffer staging_[2];
-  int staging_parity_ = 0;
+  // Posted at barrier 1 for the last arrival's hub launch: this call's output, and whether the
+  // rank's stream was being captured.
+  void* output_ = nullptr;
+  bool capturing_ = false;
   // BIH_EMULATED_HOST_PROFILE=1: this rank's host time in its collectives, in seconds.
   struct HostTimes {
     uint64_t calls = 0;
-    double before = 0;   // checks, the staging copy, the record
-    double barrier = 0;  // publish_and_wait (and finish_and_wait while capturing)
-    double after = 0;    // the waits and launches
+    double before = 0;   // checks, the record
+    double barrier = 0;  // publish_and_wait (the last arrival's hub launch included)
+    double after = 0;    // the wait for the hub
   };
   HostTimes host_times_;
   std::vector<int> last_arrival_order_;
@@ -157,54 +141,45 @@ class EmulatedGpuGroup {
   // A group of one: checks for abort, then copies in -> out on the rank's stream if they differ.
   void single_rank_copy(const bf16* in, bf16* out, size_t count);
 
-  // One collective call as every op meets it: what the peers read, and how to check the pointers.
+  // One collective call as every op meets it.
   struct Meeting {
     CollectiveOp op;
     const char* name;
-    const void* in;  // [in_bytes] device: what the peers read (the whole input)
-    size_t in_bytes;
+    const void* in;               // device: what the peers read (the whole input)
+    void* out;                    // device: this rank's output
     size_t count;                 // the count all ranks must agree on
     bool f32;                     // posted as Posted::in_f32 (the tree collectives)
     bool arrival;                 // the op sums in arrival order: sleep a little before arriving
     std::function<void()> check;  // the op's pointer checks
   };
-  // Checks, stages (eagerly) or not (capturing), meets the peers at barrier 1, waits for their
-  // inputs on the rank's stream, then reads(staged) enqueues the rank's reads of
-  // rendezvous_.inputs() (or inputs_f32()) and its writes. Capturing, barrier 2 and the waits for
-  // the peers' reads follow, then after_reads().
-  void meet(int rank, const Meeting& m, const std::function<void(bool staged)>& reads,
-            const std::function<void()>& after_reads = {});
+  // Checks, records the rank's input as ready, meets the peers at barrier 1 (the last arrival
+  // runs launch_on_hub), then makes the rank's stream wait for the hub's kernel.
+  void meet(int rank, const Meeting& m);
+  // The last arrival's work: the hub stream waits for every rank's input, runs the collective for
+  // every rank in one launch and records hub_.done.
+  void launch_on_hub(const Meeting& m);
+  template <int kRanks>
+  void fill_and_launch(const Meeting& m);
   bool capturing(int rank) const;  // is this rank's stream being captured into a graph
-  // Copies `bytes` of `in` into the rank's next staging slot (grown, stream-ordered, if needed) on
-  // its stream; returns the slot.
-  const void* stage_input(int rank, const void* in, size_t bytes);
 
   // BIH_EMULATED_HOST_PROFILE=1: one line on stderr when the group ends.
   void print_host_profile() const;
 
   // check_device_pointer, remembering the start addresses that passed (at most 64 per rank).
   void check_pointer(int rank, const void* p, size_t count, const char* what);
-  // The rank's stream waits for event `which` of every other rank (input_ready_ or read_done_):
-  // on_hub, through the hub's event that the last arrival joined them on (inputs only).
-  void wait_for_peers(int rank, CUevent_st* EmulatedGpuRank::*which, bool on_hub);
-  // The last arrival's work at an eager barrier 1: the hub stream waits for every rank's
-  // input_ready_ and records its own event for them.
-  void join_on_hub();
-
   const int size_;
   const CollectiveOrders orders_;
   const std::vector<int> ring_order_;
   const int device_;
   const bool host_profile_;  // BIH_EMULATED_HOST_PROFILE=1
-  // The hub (declared before ranks_: freed after the ranks' streams are drained): its stream and
-  // the event every rank's stream waits for after an eager barrier 1.
+  // The hub (declared before ranks_: freed after the ranks' streams are drained): the stream that
+  // runs every collective's kernel, and the event every rank's stream waits for after it.
   struct Hub {
     CUstream_st* stream = nullptr;
-    CUevent_st* inputs_ready = nullptr;
+    CUevent_st* done = nullptr;
     ~Hub();
   };
   Hub hub_;
-  Rendezvous::LastArrivalWork join_inputs_;  // join_on_hub
   std::vector<std::unique_ptr<EmulatedGpuRank>> ranks_;
   // The barriers, abort and watchdog (rendezvous.hpp); its inputs() are device pointers here.
   Rendezvous rendezvous_;

@@ -32,22 +32,45 @@ struct ChainSumArgs {
 // Enqueues the sum on `stream`; throws std::runtime_error (file:line) if the launch fails.
 void launch_chain_sum(const ChainSumArgs& args, cudaStream_t stream);
 
-// all_gather on one rank in one launch: out[q * count + i] = inputs[q][i] for every rank q (a
-// block whose input already is out + q * count is left alone). A copy moves bit patterns, so the
-// result is the n copies' bit for bit; one launch instead of n keeps an emulated rank's
-// collective one graph node and one API call (n copies per rank made all_gather the largest
-// share of an eager TP=8 step's launches).
-struct GatherArgs {
-  const uint16_t* inputs[kMaxChainLength] = {};  // [ranks] device pointers, bf16 bit patterns
-  int ranks = 0;
-  size_t count = 0;         // elements per rank
-  uint16_t* out = nullptr;  // [ranks * count] device
+// One collective for EVERY rank of an emulated group in one launch (emulated_gpu_hub.cu), made
+// on the group's hub stream by the last rank to reach the barrier: one kernel and one graph node
+// per collective instead of one (plus a staging copy) per rank. Each output element is computed
+// by one thread, which reads every input it needs before it writes, so the in-place forms are
+// safe element by element: all_reduce sums into every rank's `data`, reduce_scatter may write
+// in + owner * count, and all_gather may find a rank's input already at its block.
+enum class HubOp : int {
+  all_reduce,               // chain sum; the same result into every rank's output
+  reduce_scatter,           // chain sum of block `owner`; into owner's output
+  all_gather,               // copies; block q of every rank's output is rank q's input
+  all_reduce_tree_f32,      // fp32 inputs, the chunk tree, one rounding; into every output
+  reduce_scatter_tree_f32,  // the same over block `owner`; into owner's output
 };
-void launch_gather(const GatherArgs& args, cudaStream_t stream);
 
-// kernels tp_invariant's collectives (Communicator::*_tree_f32), shared by the emulated and the
-// NCCL communicator: out[i] = bf16(pairwise_tree_sum over r in rank order of
-// inputs[r][input_offset + i]), the host's tree_f32_sum (models/comm/reduce_order.hpp) bit for bit.
+// kRanks: the largest group the launch takes (8, or kMaxChainLength). The parameter block is
+// about 0.2 KB at 8 and 5 KB at 64 (kernels take up to 32 KB of parameters since CUDA 12.1).
+template <int kRanks>
+struct HubArgs {
+  HubOp op = HubOp::all_reduce;
+  int ranks = 0;
+  int chain_length = 0;    // entries of every row of `chains` (the chain ops)
+  bool fp32_once = false;  // `fixed`: fp32 accumulation, rounded to bf16 once at the end
+  // all_reduce: a row of `chains` holds for `segment` elements (the ring chunk; else count).
+  size_t segment = 0;
+  // all_reduce's message; reduce_scatter's and all_gather's block per rank (elements).
+  size_t count = 0;
+  const void* inputs[kRanks] = {};  // [ranks] device: bf16 bit patterns, fp32 for the tree ops
+  uint16_t* outputs[kRanks] = {};   // [ranks] device: bf16 bit patterns
+  // [row][j]: rank summed j-th. row = element / segment (all_reduce) or owner (reduce_scatter).
+  uint8_t chains[kRanks][kRanks] = {};
+};
+inline constexpr int kHubSmallRanks = 8;
+// Enqueue on `stream`; throw std::runtime_error (file:line) if the launch fails.
+void launch_hub(const HubArgs<kHubSmallRanks>& args, cudaStream_t stream);
+void launch_hub(const HubArgs<kMaxChainLength>& args, cudaStream_t stream);
+
+// The NCCL communicator's kernels tp_invariant collectives (Communicator::*_tree_f32): out[i] =
+// bf16(pairwise_tree_sum over r in rank order of inputs[r][input_offset + i]), the host's
+// tree_f32_sum (models/comm/reduce_order.hpp) bit for bit.
 inline constexpr int kMaxTreeRanks = 8;  // bih::kTpInvariantChunks
 struct TreeF32SumArgs {
   const float* inputs[kMaxTreeRanks] = {};  // [ranks] device pointers

@@ -3,6 +3,7 @@
 // EmulatedGroup and the pure order models on the same inputs; `arrival` must sum along the order
 // it recorded and vary from call to call; abort must wake waiting ranks; hundreds of back-to-back
 // asynchronous calls must stay right. Every test skips without a GPU.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -157,7 +158,8 @@ CpuResults run_on_cpu(int n, CollectiveOrders orders, const std::vector<int>& ri
 TEST(EmulatedGpuCommTest, BitwiseEqualToTheCpuEmulationForEveryDeterministicOrder) {
   BIH_SKIP_WITHOUT_GPU();
   int compared_groups = 0;
-  for (int n : {1, 2, 3, 4, 8}) {
+  // 16: past kHubSmallRanks, the hub's wide parameter block (5 KB).
+  for (int n : {1, 2, 3, 4, 8, 16}) {
     // 64 * n: the gather's 16-byte path (the odd counts take its element path).
     const std::vector<size_t> counts{1, 7, static_cast<size_t>(n) * 33, 64 * static_cast<size_t>(n),
                                      4096 * static_cast<size_t>(n) + 5};
@@ -207,7 +209,7 @@ TEST(EmulatedGpuCommTest, BitwiseEqualToTheCpuEmulationForEveryDeterministicOrde
       }
     }
   }
-  EXPECT_EQ(compared_groups, 3 * (1 + 1 + 2 + 2 + 2));
+  EXPECT_EQ(compared_groups, 3 * (1 + 1 + 2 + 2 + 2 + 2));
 }
 
 TEST(EmulatedGpuCommTest, TheInputsMakeTheOrderShow) {
@@ -295,9 +297,9 @@ TEST(EmulatedGpuCommTest, HundredsOfBackToBackCallsAreStableAtEightRanks) {
   expect_stable_over_many_calls(8, 120);
 }
 
-// Eagerly a collective returns once its reads are enqueued, with no second barrier (the peers read
-// staged copies): each rank overwrites its input right after every call, on its stream, while its
-// peers' reads may not have run yet. Every result must still be that of the inputs as they were.
+// A collective returns once the hub's kernel is enqueued, with no second barrier and no staging
+// copy: each rank overwrites its input right after every call, on its stream, while the kernel
+// that reads it may not have run yet. Every result must still be that of the inputs as they were.
 TEST(EmulatedGpuCommTest, AnInputOverwrittenRightAfterTheCallNeverReachesAPeer) {
   BIH_SKIP_WITHOUT_GPU();
   constexpr int n = 4;
@@ -482,6 +484,38 @@ TEST(EmulatedGpuCommTest, RanksDisagreeingOnTheCallAbortTheGroup) {
   for (int r = 0; r < 3; ++r) {
     EXPECT_NE(failures[r].find("disagree"), std::string::npos) << "rank " << r << failures[r];
   }
+}
+
+// One kernel on the hub stream serves every rank, so a call must be captured on every rank or on
+// none: a captured event reaching an eager stream would fail with CUDA's capture error, which
+// says nothing of the collective. The last arrival names the mismatch instead.
+TEST(EmulatedGpuCommTest, ACallCapturedOnSomeRanksOnlyAbortsTheGroupWithTheReason) {
+  BIH_SKIP_WITHOUT_GPU();
+  EmulatedGpuGroup group(3, {});
+  const auto failures = run_ranks(group, [&](EmulatedGpuRank& comm, int r) {
+    DeviceBf16Buffer data(8);
+    struct Capture {
+      cudaStream_t stream = nullptr;
+      ~Capture() {
+        if (stream == nullptr) return;
+        cudaGraph_t graph = nullptr;
+        cudaStreamEndCapture(stream, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        cudaGetLastError();
+      }
+    } capture;
+    if (r == 1) {
+      ASSERT_EQ(cudaStreamBeginCapture(comm.stream(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+      capture.stream = comm.stream();
+    }
+    comm.all_reduce(data.data(), 8);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(failures[r].find("rank 1 is capturing a CUDA graph and rank 0 is not"),
+              std::string::npos)
+        << "rank " << r << ": " << failures[r];
+  }
+  EXPECT_TRUE(group.aborted());
 }
 
 TEST(EmulatedGpuCommTest, SingleRankCollectivesAreCopies) {
