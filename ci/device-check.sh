@@ -240,7 +240,7 @@ if stage nccl; then
 fi
 
 if stage sanitize; then
-  # The emulated comm's staging slots too; its test of a bad device makes an API error on purpose.
+  # The emulated comm's hub kernels too; its test of a bad device makes an API error on purpose.
   filter=${SANITIZE_FILTER:-CudaKernels*:CudaAttentionReference*:CudaEngine*:CudaGemm.SkinnyStreamSmall*:EmulatedGpuCommTest.*-EmulatedGpuCommTest.RejectsBadConstructionAndRanks}
   for tool in memcheck racecheck; do
     t=$(date +%s)
