@@ -54,16 +54,16 @@ pack
 F='EmulatedGpuCommTest.*-EmulatedGpuCommTest.RejectsBadConstructionAndRanks'
 for tool in memcheck racecheck; do
   t=$(date +%s)
-  timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
+  timeout 80 compute-sanitizer --tool "$tool" --error-exitcode 9 --print-limit 20 \
     build-device/bih_gpu_tests --gtest_filter="$F" >"$R/sanitize-$tool.txt" 2>&1
   say "compute-sanitizer $tool: exit $? in $(( $(date +%s) - t )) s; $(grep -E '^========= (ERROR SUMMARY|RACECHECK SUMMARY)' "$R/sanitize-$tool.txt" | tail -1); $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$R/sanitize-$tool.txt" | paste -sd';' -)"
   grep -E "^========= (Invalid|Race|Error|Program hit)" "$R/sanitize-$tool.txt" | sort | uniq -c | head -5 | tee -a "$S"
   grep -E "^\[       OK \]" "$R/sanitize-$tool.txt" | tail -3 | tee -a "$S"
   pack
 done
-left=$(( 585 - ($(date +%s) - start) ))
+left=$(( 480 - ($(date +%s) - start) ))
 say "time left for the matrix: $left s"
-if [ "$left" -gt 150 ]; then
+if [ "$left" -gt 140 ]; then
   t=$(date +%s)
   timeout "$left" build-device/bih run scenarios/issue-56370-gpu.json --out /tmp/matrix >"$R/matrix.txt" 2>&1
   say "matrix: exit $? in $(( $(date +%s) - t )) s"
