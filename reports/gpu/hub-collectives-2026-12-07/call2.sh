@@ -61,7 +61,7 @@ for tool in memcheck racecheck; do
   grep -E "^\[       OK \]" "$R/sanitize-$tool.txt" | tail -3 | tee -a "$S"
   pack
 done
-left=$(( 480 - ($(date +%s) - start) ))
+left=$(( 450 - ($(date +%s) - start) ))
 say "time left for the matrix: $left s"
 if [ "$left" -gt 140 ]; then
   t=$(date +%s)
