@@ -14,7 +14,7 @@ cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIH_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null && cmake --build build-device -j16 \
   --target bih_gpu_tests >"$R/build.log" 2>&1
 say "build: exit $? in $(( $(date +%s) - t )) s; $(tail -1 "$R/build.log")"
-G='*SoloLanes*:GraphModes*:CudaTpInvariant*:TpAndGraphs*:CudaEngine.*:CudaTrace*:EmulatedGpuComm*'
+G='*SoloLanes*:GraphModes*:CudaTpInvariantEngine*:CudaTpInvariantCollective*:TpAndGraphs*:CudaEngine.*:CudaTrace*:EmulatedGpuComm*'
 t=$(date +%s)
 BIH_REQUIRE_GPU=1 timeout 100 build-device/bih_gpu_tests --gtest_filter="$G" --gtest_repeat=3 \
   >"$OUT/call3-repeat.txt" 2>&1
