@@ -62,11 +62,10 @@ __global__ void tree_f32_sum_kernel(const TreeF32SumArgs args) {
 // owner * count + i (the element's place in every input, too); all_reduce's t is the element.
 template <int kRanks>
 __global__ void hub_sum_kernel(const HubArgs<kRanks> args) {
-  const bool scatter =
-      args.op == HubOp::reduce_scatter || args.op == HubOp::reduce_scatter_tree_f32;
+  const bool scatter = args.scatters();
   const bool tree =
       args.op == HubOp::all_reduce_tree_f32 || args.op == HubOp::reduce_scatter_tree_f32;
-  const size_t total = scatter ? args.count * args.ranks : args.count;
+  const size_t total = args.reduced_elements();
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total;
        t += stride) {
@@ -111,10 +110,8 @@ template <int kRanks>
 void launch_hub_impl(const HubArgs<kRanks>& args, cudaStream_t stream) {
   if (args.count == 0 || args.ranks == 0) return;
   if (args.op != HubOp::all_gather) {
-    const bool scatter =
-        args.op == HubOp::reduce_scatter || args.op == HubOp::reduce_scatter_tree_f32;
-    const size_t total = scatter ? args.count * args.ranks : args.count;
-    hub_sum_kernel<kRanks><<<grid_for(total, kThreads), kThreads, 0, stream>>>(args);
+    hub_sum_kernel<kRanks><<<grid_for(args.reduced_elements(), kThreads), kThreads, 0, stream>>>(
+        args);
     cudaCheck(cudaGetLastError());
     return;
   }

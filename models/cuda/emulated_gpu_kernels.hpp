@@ -62,6 +62,14 @@ struct HubArgs {
   uint16_t* outputs[kRanks] = {};   // [ranks] device: bf16 bit patterns
   // [row][j]: rank summed j-th. row = element / segment (all_reduce) or owner (reduce_scatter).
   uint8_t chains[kRanks][kRanks] = {};
+
+  // Elements the reducing ops compute: every rank's block for the scatter forms, else the message.
+  __host__ __device__ bool scatters() const {
+    return op == HubOp::reduce_scatter || op == HubOp::reduce_scatter_tree_f32;
+  }
+  __host__ __device__ size_t reduced_elements() const {
+    return scatters() ? count * static_cast<size_t>(ranks) : count;
+  }
 };
 inline constexpr int kHubSmallRanks = 8;
 // Enqueue on `stream`; throw std::runtime_error (file:line) if the launch fails.
