@@ -110,8 +110,8 @@ template <int kRanks>
 void launch_hub_impl(const HubArgs<kRanks>& args, cudaStream_t stream) {
   if (args.count == 0 || args.ranks == 0) return;
   if (args.op != HubOp::all_gather) {
-    hub_sum_kernel<kRanks><<<grid_for(args.reduced_elements(), kThreads), kThreads, 0, stream>>>(
-        args);
+    hub_sum_kernel<kRanks>
+        <<<grid_for(args.reduced_elements(), kThreads), kThreads, 0, stream>>>(args);
     cudaCheck(cudaGetLastError());
     return;
   }
