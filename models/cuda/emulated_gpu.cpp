@@ -258,12 +258,6 @@ void EmulatedGpuGroup::meet(int rank, const Meeting& m) {
       posted.in = static_cast<const bf16*>(m.in);
     }
     cudaCheck(cudaEventRecord(me.input_ready_, me.stream_));
-    // Eagerly each rank joins its own input on the hub before it arrives, while its peers still
-    // launch their work: the last arrival then only launches. The hub's previous kernel was
-    // launched before anyone was released from the previous call, so the wait lands after it.
-    // Capturing, the last arrival joins them all, after checking that every rank captures (a
-    // captured event reaching an eager hub would fail with a CUDA error naming no collective).
-    if (!me.capturing_) cudaCheck(cudaStreamWaitEvent(hub_.stream, me.input_ready_, 0));
   });
   if (m.arrival) Rendezvous::sleep_before_arrival();
   EmulatedGpuRank::HostTimes& times = me.host_times_;
@@ -290,9 +284,7 @@ void EmulatedGpuGroup::launch_on_hub(const Meeting& m) {
           ranks_[0]->capturing_ ? "capturing" : "not"));
     }
   }
-  if (ranks_[0]->capturing_) {
-    for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(hub_.stream, r->input_ready_, 0));
-  }
+  for (const auto& r : ranks_) cudaCheck(cudaStreamWaitEvent(hub_.stream, r->input_ready_, 0));
   if (size_ <= detail::kHubSmallRanks) {
     fill_and_launch<detail::kHubSmallRanks>(m);
   } else {

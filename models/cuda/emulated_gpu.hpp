@@ -8,17 +8,16 @@
 // on its stream), and later work on that stream sees the result.
 //
 // A collective is one host barrier and one kernel, eagerly and while the streams are captured
-// into a graph alike: each rank records "my input is ready" on its stream, makes the group's hub
-// stream wait for it (eagerly; while capturing the last arrival does this for all) and posts its
-// input and output at barrier 1 (where the arrival order is recorded); the last rank to arrive
-// launches ONE kernel on the hub that computes every rank's output (emulated_gpu_kernels.hpp,
-// HubArgs) and records the hub's "done"; every rank's stream then waits for "done". The kernel
-// reads the inputs in place: a rank's later work, which is what could overwrite its input, runs
-// after "done", so no staging copy and no second barrier are needed, and the caller may overwrite
-// its input as soon as the call returns. Against a sum kernel per rank (each reading staged
-// copies) this is 3n + 2 stream operations per collective instead of 5n + 1, of which 2 (not
-// n + 1) are made while every rank waits at the barrier; one kernel on the GPU instead of 2n;
-// and while capturing one graph node with 2n edges instead of n(n - 1) waits and a copy per rank.
+// into a graph alike: each rank records "my input is ready" on its stream and posts its input and
+// output at barrier 1 (where the arrival order is recorded); the last rank to arrive makes the
+// group's hub stream wait for every rank's event, launches ONE kernel there that computes every
+// rank's output (emulated_gpu_kernels.hpp, HubArgs) and records the hub's "done"; every rank's
+// stream then waits for "done". The kernel reads the inputs in place: a rank's later work, which
+// is what could overwrite its input, runs after "done", so no staging copy and no second barrier
+// are needed, and the caller may overwrite its input as soon as the call returns. Against a sum
+// kernel per rank (each reading staged copies) this is 3n + 2 stream operations per collective
+// instead of 5n + 1, one kernel on the GPU instead of 2n, and while capturing one graph
+// node with 2n edges instead of n(n - 1) waits and a copy per rank.
 // Every rank of a call must be capturing or none (checked by the last arrival).
 //
 // The host picks each element's chain with the pure functions of reduce_order.hpp; the device
