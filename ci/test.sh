@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The README's second command: set up (Debian packages, the llama.cpp adapter's npm package),
-# build, and run every test that needs no GPU (label cpu); then the same tests built with ASan and
-# UBSan (ci/asan.sh), and each libFuzzer target for a bounded time (ci/fuzz.sh).
+# The README's second command: set up (Debian packages, the llama.cpp adapter's npm package,
+# llama-server), build, and run every test that needs no GPU (label cpu). CI (.ci/run) then runs
+# the same tests built with ASan and UBSan (ci/asan.sh) and each libFuzzer target for a bounded time
+# (ci/fuzz.sh): 40 more minutes on two cores, which a person running the tests need not wait for.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
@@ -21,11 +22,3 @@ export BIH_LLAMA_SERVER
 echo "adapters/llama-cpp/build-server.sh: ${SECONDS} s (${BIH_LLAMA_SERVER})"
 bash ci/build.sh
 ctest --test-dir "${BIH_BUILD_DIR:-build}" -L cpu --output-on-failure -j "$(nproc)"
-# Sanitizers and fuzzers after the plain suite, so that a plain failure is reported first.
-SECONDS=0
-bash ci/asan.sh
-echo "ci/asan.sh: ${SECONDS} s"
-SECONDS=0
-# The fuzz targets come from the ASan build (ci/asan.sh configures them): one clang build, not two.
-BIH_FUZZ_BUILD_DIR=${BIH_ASAN_BUILD_DIR:-build-asan} bash ci/fuzz.sh
-echo "ci/fuzz.sh: ${SECONDS} s"
