@@ -267,11 +267,14 @@ TEST(ProbeCuda, CudaCasesRunThroughTheInstalledBackend) {
   o.batch_sizes = parse_batch_sizes("1..3,15..17", "--batch-sizes");  // across kVendorSplitKMaxM
   std::map<std::string, Result> by_id;
   const std::vector<Case> cases = all_cases();
-  // The tiny-shape kernels and a sample of the collectives (qwen3's shapes are GPU-sized).
+  // The tiny-shape kernels and a sample of the collectives (qwen3's shapes are GPU-sized). Not
+  // `arrival`: its status follows thread timing, and on a loaded two-core machine the threads can
+  // arrive in one order in both runs, so its twin's status may differ from the CPU case's by
+  // chance (1 of 12 runs beside two busy loops did).
   const auto selected = select_cases(
       cases,
       {"gemm(*k=256,*", "gemm(*k=768,*", "*norm(*h=256,*", "*head_dim=16,*", "silu_mul(*i=768,*",
-       "*vocab=2048*", "*order=ring,tp=3,*", "*order=arrival,tp=4,*", "*order=tree,tp=8,*"},
+       "*vocab=2048*", "*order=ring,tp=3,*", "*order=fixed,tp=4,*", "*order=tree,tp=8,*"},
       o);
   for (const Result& r : run_cases(selected, o)) by_id[r.id] = r;
   int twins = 0;
