@@ -241,7 +241,7 @@ fi
 
 if stage sanitize; then
   # The emulated comm's hub kernels too; its test of a bad device makes an API error on purpose.
-  filter=${SANITIZE_FILTER:-CudaKernels*:CudaAttentionReference*:CudaEngine*:CudaGemm.SkinnyStreamSmall*:EmulatedGpuCommTest.*-EmulatedGpuCommTest.RejectsBadConstructionAndRanks}
+  filter=${SANITIZE_FILTER:-CudaKernels*:CudaAttentionReference*:CudaEngine*:CudaGemm.SkinnyStreamSmall*:CudaSiluMulFusion.SmallShapes*:EmulatedGpuCommTest.*-EmulatedGpuCommTest.RejectsBadConstructionAndRanks}
   for tool in memcheck racecheck; do
     t=$(date +%s)
     timeout "${SANITIZE_TIMEOUT:-200}" compute-sanitizer --tool "$tool" --error-exitcode 9 \

@@ -193,9 +193,15 @@ void CudaForward::Impl::enqueue_piece(Rank& r, StepBatch& step, int piece) {
     record_stream(l, "mlp_norm", r.h_local.get(), fixed("rms_norm"));
     gather();
     mark("gemm gate_up");
-    r.gemm->gemm(family, full_rows, lw.gate_up, r.gate_up.get(), Mp, 2 * I, H, s);
-    mark("silu_mul");
-    silu_mul(r.gate_up.get(), r.act.get(), Mp, I, s);
+    // At decode sizes the invariant family's skinny kernel takes SiLU-mul into its epilogue (the
+    // same bits, one kernel fewer); a trace wants the [M, 2I] product, which that never writes.
+    const bool fused =
+        !tracing && r.gemm->gemm_silu_mul(family, full_rows, lw.gate_up, r.act.get(), Mp, I, H, s);
+    if (!fused) {
+      r.gemm->gemm(family, full_rows, lw.gate_up, r.gate_up.get(), Mp, 2 * I, H, s);
+      mark("silu_mul");
+      silu_mul(r.gate_up.get(), r.act.get(), Mp, I, s);
+    }
     if (tracing) {
       record_sharded(l, "gate_up", r.gate_up.get(), 2 * I, gemm_detail(r, Mp, 2 * I, H));
       record_sharded(l, "act", r.act.get(), I, "silu(gate) * up");

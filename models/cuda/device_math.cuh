@@ -54,6 +54,15 @@ __device__ __forceinline__ float log_f(float x) {
   return static_cast<float>(log(static_cast<double>(x)));
 }
 
+// silu(gate) * up of one element as the CPU's silu_mul: silu rounded to bf16, then the product
+// rounded once. Both silu_mul (elementwise_kernels.cu) and the gate_up GEMM that fuses it
+// (gemm_skinny_stream.cu) call this, so the two give the same bits.
+__device__ __forceinline__ u16 silu_mul_bits(u16 gate, u16 up) {
+  const float g = widen(gate);
+  const float silu = round_bf16(divide(g, add(1.0f, exp_f(-g))));
+  return narrow(mul(silu, widen(up)));
+}
+
 // 1 / sqrt(sum_sq / n + eps), the CPU's inverse_rms after its sum.
 __device__ __forceinline__ float inverse_rms_from_sum(float sum_sq, int n, float eps) {
   const float variance = divide(sum_sq, static_cast<float>(n));

@@ -15,18 +15,12 @@
 namespace bih::cuda {
 namespace {
 
-using device::add;
 using device::bits_of;
 using device::check_launch;
-using device::divide;
-using device::exp_f;
 using device::kBf16QuietNan;
-using device::mul;
-using device::narrow;
 using device::require;
-using device::round_bf16;
+using device::silu_mul_bits;
 using device::u16;
-using device::widen;
 
 constexpr int kElementThreads = 256;
 
@@ -39,9 +33,7 @@ __global__ void silu_mul_kernel(const u16* gate_up, u16* y, int64_t M, int64_t I
        e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t m = e / I;
     const int64_t i = e - m * I;
-    const float g = widen(gate_up[m * 2 * I + i]);
-    const float silu = round_bf16(divide(g, add(1.0f, exp_f(-g))));
-    y[e] = narrow(mul(silu, widen(gate_up[m * 2 * I + I + i])));
+    y[e] = silu_mul_bits(gate_up[m * 2 * I + i], gate_up[m * 2 * I + I + i]);
   }
 }
 

@@ -121,6 +121,9 @@ CudaGemm::CudaGemm(CudaGemmOptions options) : impl_(std::make_unique<Impl>()) {
   if (const char* skinny = std::getenv("BIH_GEMM_SKINNY_MAX_M")) {
     options.skinny_max_m = std::atoi(skinny);
   }
+  if (const char* fuse = std::getenv("BIH_GEMM_FUSE_SILU_MUL")) {
+    options.fuse_silu_mul = std::string(fuse) != "0";
+  }
   impl_->bands = resolve_bands(options);
   impl_->options = std::move(options);
   const CudaGemmOptions& o = impl_->options;
@@ -200,6 +203,23 @@ void CudaGemm::gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, 
   }
   impl_->run_cublaslt(companion != nullptr ? companion->algo : p.algo, x, w, y, M, N, K,
                       impl_->scheduler_workspace, impl_->options.scheduler_workspace_bytes, stream);
+}
+
+bool CudaGemm::gemm_silu_mul(KernelFamily family, const bf16* x, const bf16* w, bf16* act, int M,
+                             int I, int K, cudaStream_t stream) {
+  if (family != KernelFamily::invariant || !impl_->options.fuse_silu_mul || M < 1 || I < 1 ||
+      K < 1 || x == nullptr || w == nullptr || act == nullptr || !skinny_stream_instance_on() ||
+      skinny_verify_on() || !skinny_gemm_supports(M, 2 * I, K) ||
+      !skinny_stream_silu_mul_supports(M, I, K, x, w) || pointer_alignment(act) < 4) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->pinned.count({2 * I, K}) == 0) impl_->refuse_pinning_during_capture(stream, 2 * I, K);
+  const Impl::Pinned& p = impl_->pinned_for(2 * I, K);
+  const Impl::Companion* companion = p.config.cublaslt ? p.companion_at(M) : nullptr;
+  if (companion == nullptr || !companion->skinny) return false;
+  launch_skinny_stream_silu_mul(x, w, act, M, I, K, stream);
+  return true;
 }
 
 void CudaGemm::gemm_tp_invariant_partial(const bf16* x, const bf16* w, float* y, int M, int N,

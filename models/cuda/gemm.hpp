@@ -151,6 +151,9 @@ struct CudaGemmOptions {
   // environment variable BIH_GEMM_SKINNY_MAX_M overrides this (0 compares whole decode steps
   // against cuBLASLt's companions).
   int skinny_max_m = 8;
+  // gemm_silu_mul may run the skinny stream kernel with SiLU-mul in its epilogue (the bits of the
+  // GEMM then silu_mul, one kernel fewer). BIH_GEMM_FUSE_SILU_MUL=0 turns it off, to time both.
+  bool fuse_silu_mul = true;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;
 };
@@ -168,6 +171,14 @@ class CudaGemm {
   // algorithm is not valid there), or when (N, K) would be pinned while `stream` is capturing.
   void gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, int M, int N, int K,
             cudaStream_t stream);
+
+  // act[M, I] = silu(gate) * up of the gate_up product x[M, K] · w^T, w = [gate; up] of [2I, K],
+  // in one kernel, where the invariant family's own skinny kernel serves gemm(x, w) at this M:
+  // the same bits as gemm() into [M, 2I] then silu_mul (kernels.hpp). Returns false, launching
+  // nothing, anywhere else (another family or configuration, fuse_silu_mul off, a shape the fused
+  // kernel does not take); the caller then runs the two. Throws as gemm() does.
+  bool gemm_silu_mul(KernelFamily family, const bf16* x, const bf16* w, bf16* act, int M, int I,
+                     int K, cudaStream_t stream);
 
   // kernels tp_invariant, a row-parallel rank's share: y[M, N] fp32, unrounded, = the subtree of
   // the kTpInvariantChunks-chunk tree over this rank's `chunks` consecutive chunks of K (the rank

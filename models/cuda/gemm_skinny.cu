@@ -236,15 +236,20 @@ void launch_skinny_registers(const void* x, const void* w, void* y, int M, int N
   }
 }
 
-void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
-                        cudaStream_t stream) {
+bool skinny_stream_instance_on() {
   // BIH_GEMM_SKINNY_STREAM=0 (a diagnostic, reports/gpu/skinny-race-2026-12-06): the register
   // instance serves every M.
-  static const bool stream_instance = [] {
+  static const bool on = [] {
     const char* v = std::getenv("BIH_GEMM_SKINNY_STREAM");
     return v == nullptr || std::string(v) != "0";
   }();
-  if (stream_instance && skinny_gemm_supports(M, N, K) && skinny_stream_supports(M, N, K, x, w)) {
+  return on;
+}
+
+void launch_skinny_gemm(const void* x, const void* w, void* y, int M, int N, int K,
+                        cudaStream_t stream) {
+  if (skinny_stream_instance_on() && skinny_gemm_supports(M, N, K) &&
+      skinny_stream_supports(M, N, K, x, w)) {
     if (skinny_verify_on()) {
       launch_skinny_stream_verified(x, w, y, M, N, K, stream);
     } else {

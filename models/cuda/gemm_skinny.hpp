@@ -56,6 +56,21 @@ std::string skinny_stream_ring_for(int N, int K);
 void launch_skinny_stream_ring(const std::string& ring, const void* x, const void* w, void* y,
                                int M, int N, int K, cudaStream_t stream);
 
+// The gate_up projection with SiLU-mul in its epilogue: act[M, I] = silu(g) * u, where
+// [g | u] = x[M, K] · w^T and w = [gate; up] is [2I, K] (gate rows first, as DeviceLayerWeights
+// holds them). Bit for bit launch_skinny_stream(x, w, gate_up, M, 2I, K) then silu_mul
+// (kernels.hpp) on the same ring, without the [M, 2I] intermediate. Supported where the stream
+// instance takes [2I, K] and I is a multiple of half its ring's rows (8 or 16). The _ring form runs
+// a named ring.
+bool skinny_stream_silu_mul_supports(int M, int I, int K, const void* x, const void* w);
+void launch_skinny_stream_silu_mul(const void* x, const void* w, void* act, int M, int I, int K,
+                                   cudaStream_t stream);
+void launch_skinny_stream_silu_mul_ring(const std::string& ring, const void* x, const void* w,
+                                        void* act, int M, int I, int K, cudaStream_t stream);
+// Whether launch_skinny_gemm runs the stream instance where it takes a shape
+// (BIH_GEMM_SKINNY_STREAM=0, a diagnostic, turns it off).
+bool skinny_stream_instance_on();
+
 // BIH_GEMM_SKINNY_VERIFY=1 (gemm_skinny_verify.cu, a diagnostic): each stream-instance launch
 // is checked against the register instance before and after it, counts on stderr.
 bool skinny_verify_on();

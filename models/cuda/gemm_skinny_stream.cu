@@ -32,6 +32,14 @@
 // caught it as batch-variant bits (reports/gpu/decode-chain-2026-12-06, calls 10-11; found and
 // fixed in reports/gpu/skinny-race-2026-12-06).
 //
+// The gate_up projection can take SiLU-mul into its epilogue (launch_skinny_stream_silu_mul): each
+// CTA then streams kRows / 2 gate rows and the kRows / 2 up rows of the same MLP channels (two
+// copies of half a box each into one box), the up warps hand their bf16 results to the gate warps
+// through shared memory, and the gate warps write silu(gate) * up (device_math.cuh's
+// silu_mul_bits, the silu_mul kernel's own arithmetic) from the same bf16 values the GEMM would
+// have stored. The chains are untouched, so the bits are those of the GEMM then silu_mul; one
+// kernel a layer fewer (28 a qwen3-1.7b step).
+//
 // Measured against plain register loads (no better than cuBLAS), a per-lane cp.async ring and one
 // box per stage (reports/gpu/decode-chain-2026-12-06): a chain step costs the mma's 25 cycles
 // plus the stage's wait and shared loads, so fewer, larger stages were the gain.
@@ -48,6 +56,7 @@
 
 #include "models/cuda/check.hpp"
 #include "models/cuda/device_info.hpp"
+#include "models/cuda/device_math.cuh"
 #include "models/cuda/gemm_skinny.hpp"
 #include "models/cuda/programmatic_launch.cuh"
 #include "models/cuda/ptx.cuh"
@@ -70,7 +79,12 @@ struct Ring {
   static constexpr uint32_t kStageBytes = kBoxes * (kWeightBoxBytes + kTokenBoxBytes);
   // The swizzle repeats every 1024 bytes, and each box must start on such a boundary.
   static constexpr size_t kSharedBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+  // With SiLU-mul fused: the up warps' results for the gate warps, [8 tokens][kRows / 2] bf16.
+  static constexpr size_t kExchangeBytes = 8 * (kRows / 2) * 2;
+  static constexpr size_t kFusedSharedBytes = kSharedBytes + kExchangeBytes;
   static_assert(kWeightBoxBytes % 1024 == 0 && kTokenBoxBytes % 1024 == 0);
+  // A fused box's half (the gate or the up rows) starts on a swizzle boundary too.
+  static_assert((kRows / 2) * kBoxK * 2 % 1024 == 0 && kConsumers % 2 == 0);
 };
 // The rings, each named for BIH_GEMM_SKINNY_RING and the tests. "decode": 16 rows, 4 stages of
 // 256 k (49 KiB), 4 CTAs an SM, one wait per 16 chain steps. "wide", for weights of more than 4
@@ -100,7 +114,9 @@ __device__ __forceinline__ void mma_chain_step(float (&acc)[4], uint2 a, uint2 b
 
 // w_map: w [N, K] in boxes [kRows][64]; x_map: x [M, K] in boxes [8][64]; y: [M, N] bf16.
 // grid [N / kRows], block [32 (kConsumers + 1)], kSharedBytes of dynamic shared memory.
-template <class R>
+// kSiluMul: w = [gate; up] [2N, K] in boxes [kRows / 2][64]; y = silu(gate) * up [M, N];
+// grid [2N / kRows], kFusedSharedBytes.
+template <class R, bool kSiluMul>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
@@ -120,7 +136,8 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
   auto empty = [&](int slot) { return bars + 8u * (kStages + slot); };
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
-  const int row0 = blockIdx.x * kRows;
+  // Fused: this CTA's gate rows are row0.. and its up rows N + row0.., kRows / 2 of each.
+  const int row0 = blockIdx.x * (kSiluMul ? kRows / 2 : kRows);
   const int stages = K / kStageK;
   // When the kernel after this one may start (programmatic_launch.cuh's GemmRelease): by default
   // once every block's producer has asked for its last stage, below.
@@ -140,8 +157,12 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
         const uint32_t stage = base + (s % kStages) * kStageBytes;
         for (int box = 0; box < kBoxes; ++box) {
           const int k0 = s * kStageK + box * kBoxK;
-          if (weights)
-            tensor_copy_2d(stage + box * kWeightBoxBytes, &w_map, k0, row0, full(s % kStages));
+          if (weights) {
+            const uint32_t dst = stage + box * kWeightBoxBytes;
+            tensor_copy_2d(dst, &w_map, k0, row0, full(s % kStages));
+            if (kSiluMul)
+              tensor_copy_2d(dst + kWeightBoxBytes / 2, &w_map, k0, N + row0, full(s % kStages));
+          }
           if (tokens) {
             tensor_copy_2d(stage + kBoxes * kWeightBoxBytes + box * kTokenBoxBytes, &x_map, k0, 0,
                            full(s % kStages));
@@ -201,11 +222,31 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
 #pragma unroll
     for (int j = 0; j < 4 * kBoxes; ++j) mma_chain_step(acc, a[j], b[j]);
   }
-  // acc[0..1]: token g, columns n0 + 2t and n0 + 2t + 1.
-  if (g < M) {
-    const int n0 = row0 + warp * 8;
-    *reinterpret_cast<__nv_bfloat162*>(y + static_cast<size_t>(g) * N + n0 + 2 * t) =
-        __floats2bfloat162_rn(acc[0], acc[1]);
+  // acc[0..1]: token g, columns n0 + 2t and n0 + 2t + 1, rounded as the unfused GEMM stores them.
+  const __nv_bfloat162 out = __floats2bfloat162_rn(acc[0], acc[1]);
+  if constexpr (!kSiluMul) {
+    if (g < M) {
+      const int n0 = row0 + warp * 8;
+      *reinterpret_cast<__nv_bfloat162*>(y + static_cast<size_t>(g) * N + n0 + 2 * t) = out;
+    }
+  } else {
+    // Warps [0, kConsumers / 2) hold gate columns, the others the up columns of the same channels.
+    constexpr int kHalfWarps = kConsumers / 2;
+    constexpr int kHalfRows = kRows / 2;
+    uint32_t* exchange = reinterpret_cast<uint32_t*>(
+        shared_raw + (base - ptx::shared_address(shared_raw)) + kStages * kStageBytes +
+        2 * kStages * 8);                                 // [8 tokens][kHalfRows / 2] bf16 pairs
+    const int channel = (warp % kHalfWarps) * 8 + 2 * t;  // of this CTA's kHalfRows
+    const int slot = g * (kHalfRows / 2) + channel / 2;
+    if (warp >= kHalfWarps && g < M) exchange[slot] = *reinterpret_cast<const uint32_t*>(&out);
+    ptx::named_barrier_sync(1, 32 * kConsumers);  // the producer warp has left
+    if (warp < kHalfWarps && g < M) {
+      const uint32_t gate = *reinterpret_cast<const uint32_t*>(&out);
+      const uint32_t up = exchange[slot];
+      const uint32_t act = device::silu_mul_bits(gate & 0xffffu, up & 0xffffu) |
+                           static_cast<uint32_t>(device::silu_mul_bits(gate >> 16, up >> 16)) << 16;
+      *reinterpret_cast<uint32_t*>(y + static_cast<size_t>(g) * N + row0 + channel) = act;
+    }
   }
 }
 
@@ -244,7 +285,8 @@ CUtensorMap tensor_map(const void* data, int rows, int cols, int box_rows) {
   return map;
 }
 
-template <class R>
+// kSiluMul: w is [2N, K], y [M, N] (see the kernel).
+template <class R, bool kSiluMul>
 void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream);
 
 // One ring instance and what it takes.
@@ -253,11 +295,13 @@ struct RingInstance {
   int rows;     // weight rows a CTA
   int stage_k;  // k a stage
   void (*launch)(const void*, const void*, void*, int, int, int, cudaStream_t);
+  void (*launch_silu_mul)(const void*, const void*, void*, int, int, int, cudaStream_t);
   bool takes(int N, int K) const { return N % rows == 0 && K % stage_k == 0; }
 };
-const RingInstance kRings[] = {
-    {"decode", DecodeRing::kRows, DecodeRing::kStageK, launch_ring<DecodeRing>},
-    {"wide", WideRing::kRows, WideRing::kStageK, launch_ring<WideRing>}};
+const RingInstance kRings[] = {{"decode", DecodeRing::kRows, DecodeRing::kStageK,
+                                launch_ring<DecodeRing, false>, launch_ring<DecodeRing, true>},
+                               {"wide", WideRing::kRows, WideRing::kStageK,
+                                launch_ring<WideRing, false>, launch_ring<WideRing, true>}};
 const RingInstance& kDecode = kRings[0];
 const RingInstance& kWide = kRings[1];
 
@@ -307,16 +351,18 @@ const RingInstance& ring_for(int N, int K) {
   return N / kDecode.rows > 4 * multiprocessor_count() && kWide.takes(N, K) ? kWide : kDecode;
 }
 
-template <class R>
+template <class R, bool kSiluMul>
 void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream) {
-  const CUtensorMap w_map = tensor_map(w, N, K, R::kRows);
+  const int weight_rows = kSiluMul ? 2 * N : N;
+  const CUtensorMap w_map = tensor_map(w, weight_rows, K, kSiluMul ? R::kRows / 2 : R::kRows);
   const CUtensorMap x_map = tensor_map(x, M, K, 8);
-  auto* kernel = skinny_stream_kernel<R>;
-  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), R::kSharedBytes);
+  auto* kernel = skinny_stream_kernel<R, kSiluMul>;
+  const size_t shared_bytes = kSiluMul ? R::kFusedSharedBytes : R::kSharedBytes;
+  allow_dynamic_shared_memory(reinterpret_cast<const void*>(kernel), shared_bytes);
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(N / R::kRows));
+  config.gridDim = dim3(static_cast<unsigned>(weight_rows / R::kRows));
   config.blockDim = dim3(32 * (R::kConsumers + 1));
-  config.dynamicSmemBytes = R::kSharedBytes;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   cudaLaunchAttribute early{};
   early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -337,7 +383,42 @@ void check_supported(const char* who, int M, int N, int K, const void* x, const 
   }
 }
 
+void check_silu_mul_supported(const char* who, const RingInstance& ring, int M, int I, int K,
+                              const void* x, const void* w) {
+  if (!skinny_stream_supports(M, 2 * I, K, x, w) || I % (ring.rows / 2) != 0) {
+    throw std::invalid_argument(std::string(who) + ": needs 1 <= M <= 8, I a multiple of " +
+                                std::to_string(ring.rows / 2) + " (ring " + ring.name +
+                                "), K a multiple of " + std::to_string(ring.stage_k) +
+                                " and 16-byte aligned x and w; got M=" + std::to_string(M) +
+                                " I=" + std::to_string(I) + " K=" + std::to_string(K));
+  }
+}
+
 }  // namespace
+
+bool skinny_stream_silu_mul_supports(int M, int I, int K, const void* x, const void* w) {
+  return I > 0 && skinny_stream_supports(M, 2 * I, K, x, w) &&
+         I % (ring_for(2 * I, K).rows / 2) == 0;
+}
+
+void launch_skinny_stream_silu_mul(const void* x, const void* w, void* act, int M, int I, int K,
+                                   cudaStream_t stream) {
+  const RingInstance& ring = ring_for(2 * I, K);
+  check_silu_mul_supported("launch_skinny_stream_silu_mul", ring, M, I, K, x, w);
+  ring.launch_silu_mul(x, w, act, M, I, K, stream);
+}
+
+void launch_skinny_stream_silu_mul_ring(const std::string& ring, const void* x, const void* w,
+                                        void* act, int M, int I, int K, cudaStream_t stream) {
+  const RingInstance* named = ring_named(ring);
+  if (named == nullptr || !named->takes(2 * I, K)) {
+    throw std::invalid_argument("launch_skinny_stream_silu_mul_ring: ring " + ring +
+                                " does not take 2I=" + std::to_string(2 * I) +
+                                " K=" + std::to_string(K));
+  }
+  check_silu_mul_supported("launch_skinny_stream_silu_mul_ring", *named, M, I, K, x, w);
+  named->launch_silu_mul(x, w, act, M, I, K, stream);
+}
 
 bool skinny_stream_supports(int M, int N, int K, const void* x, const void* w) {
   return M >= 1 && M <= 8 && N >= DecodeRing::kRows && N % DecodeRing::kRows == 0 &&

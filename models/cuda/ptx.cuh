@@ -101,6 +101,11 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void* map, in
       : "memory");
 }
 
+// Barrier `id` (1..15; 0 is __syncthreads') among `threads` threads of the CTA, whole warps.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Orders this thread's earlier generic-proxy accesses to shared memory with later async-proxy
 // (tensor copy engine) accesses, and the other way round.
 __device__ __forceinline__ void fence_proxy_async_shared() {
