@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,8 @@ std::vector<bf16> unwritten(size_t n) {
 }
 
 // One rank's gate_up weight [2I, K] at TP=tp, and x [8, K] large enough that the gates reach
-// silu's saturated ends (|g| up to about 12) as well as its middle.
+// silu's saturated end (from g = 7 on, silu(g) rounds to g in bf16) as well as its middle. With
+// x in [-4, 4) the largest gates were 7.97 and 8.0 at two of the four widths (H100, stop 50).
 struct RankCase {
   int tp, I, K;
   DeviceBuffer<bf16> x, w;
@@ -58,7 +60,7 @@ struct RankCase {
       : tp(tp_),
         I(I_),
         K(K_),
-        x(random_bf16(static_cast<size_t>(8) * K_, 7 + I_, 4.0f)),
+        x(random_bf16(static_cast<size_t>(8) * K_, 7 + I_, 6.0f)),
         w(random_bf16(static_cast<size_t>(2) * I_ * K_, 13 + I_, std::sqrt(3.0f / K_))) {}
 };
 
@@ -105,11 +107,12 @@ TEST(CudaSiluMulFusion, FusedKernelGivesTheGemmThenSiluMulBitsOnEveryRankShapeRi
                                << ": rows past M were written";
       }
     }
-    // The operands reach silu's ends: some gates saturate (silu(g) = g or 0 in bf16).
+    // The operands reach silu's saturated end.
     const std::vector<bf16> products = gate_up.download(0, static_cast<size_t>(2) * I);
     float largest = 0;
     for (int i = 0; i < I; ++i) largest = std::max(largest, std::fabs(bih::to_float(products[i])));
-    EXPECT_GT(largest, 8.0f) << "I=" << I << ": the gates never left silu's middle";
+    std::cout << "[silu fusion] I=" << I << ": largest |gate| " << largest << "\n";
+    EXPECT_GT(largest, 8.0f) << "I=" << I << ": the gates never reached silu's saturated end";
   }
 }
 
