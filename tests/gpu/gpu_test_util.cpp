@@ -57,4 +57,19 @@ void copy_to_host(void* dst, const void* src, size_t bytes) {
 
 void device_synchronize() { cudaCheck(cudaDeviceSynchronize()); }
 
+std::vector<bf16> random_bf16(size_t n, uint64_t seed, float scale) {
+  std::vector<bf16> v(n);
+  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (auto& e : v) {
+    state += 0x9e3779b97f4a7c15ull;
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const float unit = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    e = to_bf16((2.0f * unit - 1.0f) * scale);
+  }
+  return v;
+}
+
 }  // namespace bih::test

@@ -10,9 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "models/bf16.hpp"
 #include "models/cuda/device_info.hpp"
 
 namespace bih::test {
@@ -26,6 +28,10 @@ std::string gpu_unavailable_reason();
 
 // The current device's compute capability major (9 on Hopper); 0 where CUDA cannot say.
 int compute_capability_major();
+
+// n bf16 values uniform in [-scale, scale), seeded (splitmix64: fast enough for the 311M-element
+// lm_head).
+std::vector<bf16> random_bf16(size_t n, uint64_t seed, float scale);
 
 // Owning device memory of n elements of T (cudaMalloc; no managed memory). Defined in
 // gpu_test_util.cpp so that test files include no CUDA header.

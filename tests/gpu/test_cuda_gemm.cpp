@@ -38,6 +38,7 @@ using bih::cuda::CudaGemmOptions;
 using bih::cuda::GemmAlgoConfig;
 using bih::cuda::GemmCompanion;
 using bih::test::DeviceBuffer;
+using bih::test::random_bf16;
 
 using Shape = bih::LinearShape;
 
@@ -61,22 +62,6 @@ std::vector<int> ms_across_companion_edges(const GemmAlgoConfig& c, const std::v
     }
   }
   return {ms.begin(), ms.end()};
-}
-
-// Uniform in [-scale, scale), from splitmix64: fast enough for the 311M-element lm_head.
-std::vector<bf16> random_bf16(size_t n, uint64_t seed, float scale) {
-  std::vector<bf16> v(n);
-  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& e : v) {
-    state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const float unit = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-    e = bih::to_bf16((2.0f * unit - 1.0f) * scale);
-  }
-  return v;
 }
 
 // Activations ~ U[-1, 1); weights with variance 1/K so outputs are O(1), like a trained layer.

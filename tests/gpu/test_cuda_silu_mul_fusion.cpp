@@ -26,23 +26,9 @@ namespace {
 using bih::bf16;
 using bih::KernelFamily;
 using bih::test::DeviceBuffer;
+using bih::test::random_bf16;
 
 constexpr uint16_t kUnwritten = 0xffff;  // a NaN pattern neither path produces from finite data
-
-std::vector<bf16> random_bf16(size_t n, uint64_t seed, float scale) {
-  std::vector<bf16> v(n);
-  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (auto& e : v) {
-    state += 0x9e3779b97f4a7c15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const float unit = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-    e = bih::to_bf16((2.0f * unit - 1.0f) * scale);
-  }
-  return v;
-}
 
 std::vector<bf16> unwritten(size_t n) {
   bf16 fill;
