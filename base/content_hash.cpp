@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/errors.hpp"
+#include "base/mix64.hpp"
 
 namespace bih {
 namespace {
@@ -32,10 +33,7 @@ class Digest {
   std::string finish() {
     if (fill_ > 0) flush();
     absorb(bytes_);
-    uint64_t z = h_;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    const uint64_t z = mix64(h_);
     char text[17];
     static const char* hex = "0123456789abcdef";
     for (int i = 0; i < 16; ++i) text[i] = hex[(z >> (60 - 4 * i)) & 0xf];

@@ -11,7 +11,7 @@ build=${BIH_ASAN_BUILD_DIR:-build-asan}
 cxx=${BIH_ASAN_CXX:-clang++-14}
 bash ci/install_clang.sh "$cxx"
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Release \
-  -DBIH_CUDA=OFF -DBIH_BUILD_BENCH=OFF -DBIH_SANITIZE=ON -DBIH_FUZZ=ON \
+  -DBIH_CUDA=OFF -DBIH_BUILD_BENCH=OFF -DBIH_SANITIZE=ON -DBIH_FUZZ=ON -DCMAKE_UNITY_BUILD=ON \
   -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" >/dev/null
 cmake --build "$build" -j "${BIH_JOBS:-$(nproc)}"
 # detect_leaks: a leak is a finding too. The Python and Node adapters the tests start are not

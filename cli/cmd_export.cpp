@@ -15,7 +15,7 @@
 namespace bih::cli {
 namespace {
 
-constexpr const char* kFooter = R"(Examples:
+constexpr const char* kExportExamples = R"(Examples:
   bih export --preset tiny --format gguf --out /tmp/tiny.gguf     the tiny preset for llama.cpp
   bih export --preset qwen3-1.7b --seed 7 --format hf --out ckpt/  an HF folder for transformers/vLLM
   bih export --model ckpt/ --format gguf --out ckpt.gguf            convert a checkpoint folder
@@ -85,7 +85,7 @@ Command add_export_command(CLI::App& app) {
   cmd->add_flag("--force", args->force,
                 "Write into a non-empty folder (replacing config.json, generation_config.json and "
                 "model.safetensors; other files are kept) or over an existing GGUF file");
-  cmd->footer(kFooter);
+  cmd->footer(kExportExamples);
   return {cmd, [args, cmd] {
             const bool has_preset = cmd->count("--preset") > 0;
             const bool has_model = cmd->count("--model") > 0;

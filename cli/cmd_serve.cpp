@@ -30,7 +30,7 @@
 namespace bih::cli {
 namespace {
 
-constexpr const char* kFooter = R"(Examples:
+constexpr const char* kServeExamples = R"(Examples:
   bih serve --preset tiny --port 0                          the tiny model; prints the port
   bih serve --knobs knobs.json --model ckpt/ --host 127.0.0.1 --port 8000
 
@@ -140,7 +140,7 @@ Command add_serve_command(CLI::App& app) {
       "serve",
       "Serve bih's own engine as an OpenAI-compatible HTTP server with continuous "
       "batching (the HTTP twin of `bih adapter`)");
-  cmd->footer(kFooter);
+  cmd->footer(kServeExamples);
   cmd->add_option(
       "--knobs", args->knobs_file,
       "JSON object of scenario knobs as dotted keys (the engine protocol's init knobs)");

@@ -10,6 +10,8 @@
 
 #include "base/atomic_file.hpp"
 #include "base/errors.hpp"
+#include "base/strings.hpp"
+#include "harness/dotted_keys.hpp"
 #include "harness/driver.hpp"
 #include "harness/environment.hpp"
 #include "harness/report.hpp"
@@ -25,12 +27,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kNcclEnvPrefix = "nccl_env.";
 
-std::string join(const std::vector<std::string>& items, const std::string& separator = ", ") {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
-  return out;
-}
-
 // A copy whose relative prompts file is anchored at the scenario's own file, so that knobs from
 // two files in different folders mean the same thing, and the worker finds the file.
 Scenario anchored(Scenario s) {
@@ -40,16 +36,6 @@ Scenario anchored(Scenario s) {
         fs::absolute(fs::path(s.source_file).parent_path() / file).lexically_normal().string();
   }
   return s;
-}
-
-void flatten(const json& node, const std::string& prefix, std::map<std::string, json>& leaves) {
-  if (!node.is_object()) {
-    leaves[prefix] = node;
-    return;
-  }
-  for (const auto& [key, value] : node.items()) {
-    flatten(value, prefix.empty() ? key : prefix + "." + key, leaves);
-  }
 }
 
 // The path of a dotted key inside a scenario object. nccl_env entry names are taken whole.
@@ -188,7 +174,7 @@ std::map<std::string, json> scenario_knobs(const Scenario& scenario) {
   j.erase("name");
   j.erase("expect");
   std::map<std::string, json> leaves;
-  flatten(j, "", leaves);
+  flatten_dotted(j, "", leaves);
   // The identity ring is what parallel.tp implies; keeping it would pin a ring of the wrong size
   // onto a trial that takes BAD's tp.
   if (s.ring_order.empty()) leaves.erase("parallel.ring_order");

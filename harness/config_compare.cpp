@@ -1,22 +1,10 @@
 // config_compare.cpp: the knobs that differ from the reference, and the "config" comparisons.
 #include "harness/config_compare.hpp"
 
-#include <sstream>
-
 #include "base/errors.hpp"
+#include "harness/dotted_keys.hpp"
 
 namespace bih {
-namespace {
-
-nlohmann::json::json_pointer pointer_of(const std::string& dotted) {
-  std::string pointer;
-  std::stringstream parts(dotted);
-  std::string part;
-  while (std::getline(parts, part, '.')) pointer += "/" + part;
-  return nlohmann::json::json_pointer(pointer);
-}
-
-}  // namespace
 
 bool is_config_reference(const Scenario& s) {
   return s.config_reference && s.config_reference->id() == s.id();
@@ -30,7 +18,7 @@ std::vector<Comparison::KnobChange> knob_changes(const Scenario& s, const Scenar
   const nlohmann::json mine = s.to_json(), theirs = reference.to_json();
   std::vector<Comparison::KnobChange> changes;
   for (const std::string& key : s.compare_keys) {
-    const auto p = pointer_of(key);
+    const auto p = dotted_key_pointer(key);
     const nlohmann::json a = mine.contains(p) ? mine.at(p) : nlohmann::json();
     const nlohmann::json b = theirs.contains(p) ? theirs.at(p) : nlohmann::json();
     if (a != b) changes.push_back({key, a.dump(), b.dump()});

@@ -10,6 +10,7 @@
 #include "base/edit_distance.hpp"
 #include "base/errors.hpp"
 #include "base/json_text.hpp"
+#include "base/strings.hpp"
 
 namespace bih {
 namespace {
@@ -20,12 +21,6 @@ const std::vector<std::string> kEntryKeys = {"id", "verdict", "why", "require"};
 std::vector<std::string> verdict_names() {
   return {"invariant",       "batch_variant", "nondeterministic", "config_variant",
           "prefill_variant", "error",         "unsupported"};
-}
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : ", ") + s;
-  return out;
 }
 
 void reject_unknown_keys(const nlohmann::json& object, const std::vector<std::string>& allowed,

@@ -6,6 +6,7 @@
 
 #include "base/edit_distance.hpp"
 #include "base/errors.hpp"
+#include "harness/dotted_keys.hpp"
 #include "harness/expectations.hpp"
 #include "spec/scenario.hpp"
 
@@ -24,20 +25,8 @@ const std::set<std::string>& ignored_knobs() {
   return keys;
 }
 
-json::json_pointer pointer_of(const std::string& dotted_key) {
-  std::string pointer;
-  size_t start = 0;
-  while (true) {
-    const size_t dot = dotted_key.find('.', start);
-    pointer += "/" + dotted_key.substr(start, dot - start);
-    if (dot == std::string::npos) break;
-    start = dot + 1;
-  }
-  return json::json_pointer(pointer);
-}
-
 json value_at(const json& scenario, const std::string& dotted_key) {
-  const auto pointer = pointer_of(dotted_key);
+  const auto pointer = dotted_key_pointer(dotted_key);
   return scenario.contains(pointer) ? scenario.at(pointer) : json(nullptr);
 }
 
@@ -92,15 +81,6 @@ bool value_less(const json& a, const json& b) {
 bool key_less(const AxisKey& a, const AxisKey& b) {
   return std::lexicographical_compare(a.values.begin(), a.values.end(), b.values.begin(),
                                       b.values.end(), value_less);
-}
-
-// Every leaf of the scenario as dotted key -> value (arrays are leaves).
-void flatten(const json& node, const std::string& prefix, std::map<std::string, json>& out) {
-  if (node.is_object()) {
-    for (const auto& [k, v] : node.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
-  } else {
-    out[prefix] = node;
-  }
 }
 
 std::string anchor_of(const std::string& id) {
@@ -234,7 +214,7 @@ void label_distinguishing_knobs(std::vector<CellEntry>& entries,
   std::vector<std::map<std::string, json>> knobs(entries.size());
   std::set<std::string> all_keys;
   for (size_t i = 0; i < entries.size(); ++i) {
-    flatten(*scenarios[i], "", knobs[i]);
+    flatten_dotted(*scenarios[i], "", knobs[i]);
     for (const auto& [k, v] : knobs[i]) all_keys.insert(k);
   }
   std::vector<std::string> differing;

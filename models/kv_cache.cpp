@@ -3,19 +3,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/mix64.hpp"
+
 namespace bih {
-namespace {
-
-uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
 
 BlockManager::BlockManager(int num_blocks, int block_size, bool prefix_caching)
     : block_size_(block_size), prefix_caching_(prefix_caching), blocks_(num_blocks) {

@@ -18,6 +18,7 @@
 #include "base/atomic_file.hpp"
 #include "base/errors.hpp"
 #include "base/json_file.hpp"
+#include "base/mix64.hpp"
 #include "models/safetensors.hpp"
 
 namespace bih {
@@ -35,12 +36,6 @@ constexpr int kBosTokenId = 1;
 constexpr int kEosTokenId = 2;
 // The transformers release whose config.json format save_checkpoint writes.
 constexpr const char* kTransformersVersion = "5.17.0";
-
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 uint64_t fnv1a64(const std::string& s) {
   uint64_t h = kFnvOffset;

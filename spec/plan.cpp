@@ -5,6 +5,7 @@
 
 #include "base/errors.hpp"
 #include "base/json_file.hpp"
+#include "base/mix64.hpp"
 
 namespace bih {
 namespace {
@@ -19,12 +20,7 @@ std::string label_for(int batch_size, int repeat, bool fresh) {
 // splitmix64: a documented, portable stream so prompts are the same on every machine.
 struct SplitMix64 {
   uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return mix64(state += 0x9e3779b97f4a7c15ull); }
   // Uniform in [0, n) (the modulo bias is irrelevant for n << 2^64).
   uint64_t below(uint64_t n) { return next() % n; }
 };

@@ -11,6 +11,7 @@
 
 #include "base/edit_distance.hpp"
 #include "base/json_text.hpp"
+#include "base/strings.hpp"
 #include "base/utf8.hpp"
 #include "models/config.hpp"
 #include "models/tree_sum.hpp"
@@ -105,15 +106,6 @@ const std::vector<std::pair<std::string, const std::vector<std::string>*>>& obje
       {"debug", &kDebugKeys},
       {"engine", &kEngineKeys}};
   return tables;
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& separator = ", ") {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) out += separator;
-    out += items[i];
-  }
-  return out;
 }
 
 std::string quoted_list(const std::vector<std::string>& items) {
@@ -876,6 +868,10 @@ void check_combinations(const Scenario& s, const Cursor& at) {
 }
 
 }  // namespace
+
+const std::vector<std::string>& http_dialects() { return kDialects; }
+
+const std::vector<std::string>& knob_sections() { return kKnobSections; }
 
 std::vector<std::string> scenario_dotted_keys() {
   std::vector<std::string> keys;

@@ -148,6 +148,14 @@ class ScenarioError : public InputError {
 // Every key of a scenario object in dotted form, objects and leaves ("parallel", "parallel.tp",
 // "plan.prompts.count", ...). nccl_env's entries are free: "nccl_env.NCCL_<anything>".
 std::vector<std::string> scenario_dotted_keys();
+
+// The request dialects an HTTP engine speaks: engine.dialect's values, a server profile's
+// dialects.
+const std::vector<std::string>& http_dialects();
+
+// The scenario sections an external engine is handed when the input sets them; a server
+// profile's knobs map each to flags.
+const std::vector<std::string>& knob_sections();
 bool is_scenario_dotted_key(const std::string& dotted);
 
 // kernels tp_invariant reduces the row-parallel partials by its chunk tree over fp32

@@ -21,7 +21,7 @@ using nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 const std::vector<std::string> kMatrixKeys{"$schema", "name", "base", "axes", "cases", "compare"};
-const std::vector<std::string> kCompareKeys{"reference", "across"};
+const std::vector<std::string> kMatrixCompareKeys{"reference", "across"};
 constexpr size_t kMaxExpandedScenarios = 100000;
 
 // One value put into a scenario from outside the base: where it came from, for messages.
@@ -149,9 +149,12 @@ CompareBlock parse_compare(const ordered_json& block, const std::string& path,
       "valid: {\"reference\": {\"dotted.key\": value, ...}, \"across\": [\"dotted.key\", ...]}";
   if (!block.is_object()) throw InputError(path, "/compare", "expected an object; " + valid);
   for (const auto& [key, value] : block.items()) {
-    if (std::find(kCompareKeys.begin(), kCompareKeys.end(), key) != kCompareKeys.end()) continue;
+    if (std::find(kMatrixCompareKeys.begin(), kMatrixCompareKeys.end(), key) !=
+        kMatrixCompareKeys.end())
+      continue;
     std::string what = "unknown compare key '" + key + "'";
-    if (auto near = nearest_key(key, kCompareKeys)) what += " (did you mean '" + *near + "'?)";
+    if (auto near = nearest_key(key, kMatrixCompareKeys))
+      what += " (did you mean '" + *near + "'?)";
     throw InputError(path, "/compare/" + json_pointer_token(key),
                      what + "; valid: keys reference, across");
   }

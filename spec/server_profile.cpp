@@ -11,6 +11,7 @@
 
 #include "base/child_process.hpp"
 #include "base/json_file.hpp"
+#include "base/strings.hpp"
 #include "spec/server_template.hpp"
 
 namespace bih {
@@ -20,25 +21,14 @@ using nlohmann::json;
 namespace {
 
 const char* const kFormat = "bih.server-profile/1";
-const std::vector<std::string> kTopKeys{
+const std::vector<std::string> kProfileKeys{
     "$schema",  "format",      "name",       "doc",          "model_format", "command",
     "check",    "env",         "dialects",   "served_model", "ready",        "version",
     "resolved", "reset_cache", "knobs_file", "gpus",         "knobs",        "options"};
 const std::vector<std::string> kEndpointKeys{"method", "path", "body", "timeout_s", "doc"};
 const std::vector<std::string> kMappingKeys{"doc",  "args", "env",    "request",    "json_arg",
                                             "path", "map",  "values", "unsupported"};
-const std::vector<std::string> kDialects{"openai", "sglang", "llama.cpp"};
-// The scenario sections an external engine is handed (spec/scenario.cpp's kKnobSections).
-const std::vector<std::string> kKnobSections{"backend",     "parallel",       "sequence_parallel",
-                                             "collectives", "nccl_env",       "kernels",
-                                             "cudagraph",   "prefix_caching", "chunked_prefill"};
 const std::vector<std::string> kShipped{"vllm", "sglang", "llama-server", "bih"};
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
-  return out;
-}
 
 struct At {
   const std::string& file;
@@ -177,7 +167,7 @@ void check_mapping(const json& m, const At& at, TemplateScope scope) {
 
 bool valid_knob_key(const std::string& key) {
   const std::string section = key.substr(0, key.find('.'));
-  if (std::find(kKnobSections.begin(), kKnobSections.end(), section) == kKnobSections.end()) {
+  if (std::find(knob_sections().begin(), knob_sections().end(), section) == knob_sections().end()) {
     return false;
   }
   return key == "nccl_env.*" || is_scenario_dotted_key(key);
@@ -186,7 +176,7 @@ bool valid_knob_key(const std::string& key) {
 ServerProfile parse_profile(const std::string& file) {
   const json j = read_json_file(file);
   const At at{file, ""};
-  check_keys(j, at, kTopKeys);
+  check_keys(j, at, kProfileKeys);
   ServerProfile p;
   p.file = file;
   const auto format = j.find("format");
@@ -232,12 +222,12 @@ ServerProfile parse_profile(const std::string& file) {
   const auto dialects = j.find("dialects");
   if (dialects == j.end() || !dialects->is_array() || dialects->empty()) {
     (dialects == j.end() ? at : at.at("dialects"))
-        .fail("no dialects", "a non-empty array of " + join(kDialects));
+        .fail("no dialects", "a non-empty array of " + join(http_dialects()));
   }
   for (size_t i = 0; i < dialects->size(); ++i) {
-    const std::string d = string_of((*dialects)[i], at.at("dialects").at(i), join(kDialects));
-    if (std::find(kDialects.begin(), kDialects.end(), d) == kDialects.end()) {
-      at.at("dialects").at(i).fail("unknown dialect '" + d + "'", join(kDialects));
+    const std::string d = string_of((*dialects)[i], at.at("dialects").at(i), join(http_dialects()));
+    if (std::find(http_dialects().begin(), http_dialects().end(), d) == http_dialects().end()) {
+      at.at("dialects").at(i).fail("unknown dialect '" + d + "'", join(http_dialects()));
     }
     p.dialects.push_back(d);
   }
@@ -278,7 +268,7 @@ ServerProfile parse_profile(const std::string& file) {
         at.at("knobs").at(key).fail(
             "'" + key + "' is not a scenario knob",
             "a knob leaf such as parallel.tp, kernels, cudagraph.mode, or nccl_env.* (sections " +
-                join(kKnobSections) + ")");
+                join(knob_sections()) + ")");
       }
       check_mapping(m, at.at("knobs").at(key),
                     key == "nccl_env.*" ? TemplateScope::wildcard : TemplateScope::mapping);

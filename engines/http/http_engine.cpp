@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/errors.hpp"
+#include "base/strings.hpp"
 #include "base/utf8.hpp"
 #include "engines/command_engine.hpp"
 #include "engines/http/dialect.hpp"
@@ -28,12 +29,6 @@ using nlohmann::json;
 
 // How long a version question may take: it is a courtesy, never the scenario's failure.
 constexpr double kVersionTimeoutS = 5;
-
-std::string join(const std::vector<std::string>& items) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
-  return out;
-}
 
 // The scenario's model config: what the prompts' token ids are checked against.
 ModelConfig scenario_model_config(const Scenario& s) {

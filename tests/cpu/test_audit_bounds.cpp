@@ -17,7 +17,7 @@
 #include "spec/scenario.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_audit_bounds {
 namespace {
 
 using json = nlohmann::json;
@@ -84,4 +84,4 @@ TEST_F(AuditBounds, TheKvBudgetCountsEveryRank) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_audit_bounds

@@ -26,7 +26,7 @@
 #include "models/weights.hpp"
 #include "spec/scenario.hpp"
 
-namespace bih {
+namespace bih::test_audit_engines {
 namespace {
 
 namespace fs = std::filesystem;
@@ -292,4 +292,4 @@ TEST(AuditModelHandoff, EachSeedGetsItsOwnExportHoldingItsWeights) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_audit_engines

@@ -12,7 +12,7 @@
 #include "harness/generation.hpp"
 #include "harness/health.hpp"
 
-namespace bih {
+namespace bih::test_audit_harness {
 namespace {
 
 // Two prompts of distinct tokens whose values are `values` (the second prompt repeats them).
@@ -99,4 +99,4 @@ TEST(AuditGate, MissingScenarioOfAShardNotGatheredNamesThatShardsFolder) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_audit_harness

@@ -17,7 +17,7 @@
 #include "models/weights.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_audit_models {
 namespace {
 
 namespace fs = std::filesystem;
@@ -161,4 +161,4 @@ TEST_F(AuditModels, GgufRopeWidthIsHeadDimWhenItDiffersFromHiddenOverHeads) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_audit_models

@@ -11,7 +11,7 @@
 #include "harness/generation.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_bih_adapter {
 namespace {
 
 namespace fs = std::filesystem;
@@ -66,4 +66,4 @@ TEST(BihAdapter, TheProtocolPathGivesTheInProcessEnginesBits) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_bih_adapter

@@ -28,7 +28,7 @@
 #include "run_bih.hpp"
 #include "spec/plan.hpp"
 
-namespace bih {
+namespace bih::test_bih_serve {
 namespace {
 
 using nlohmann::json;
@@ -422,7 +422,7 @@ TEST(BihServe, BadKnobsAndArgumentsExitTwoNamingThem) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_bih_serve
 
 #else  // no cpp-httplib in this build
 

@@ -13,7 +13,7 @@
 #include "harness/generation.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_bih_serve_profile {
 namespace {
 
 namespace fs = std::filesystem;
@@ -120,4 +120,4 @@ TEST(BihServeProfile, ABuildWithoutHttpSaysWhatToInstall) {
 #endif
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_bih_serve_profile

@@ -19,7 +19,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_bisect {
 namespace {
 
 using nlohmann::json;
@@ -428,4 +428,4 @@ TEST(BisectCli, InputErrorsExitTwo) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_bisect

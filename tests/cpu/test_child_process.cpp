@@ -13,7 +13,7 @@
 #include "base/child_process.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_child_process {
 namespace {
 
 std::string err_file(const char* name) {
@@ -66,4 +66,4 @@ TEST(ChildProcess, AnUnsetCancelFlagChangesNothing) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_child_process

@@ -13,7 +13,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_command_engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -225,4 +225,4 @@ TEST(CommandEngineScenario, BadEngineSectionsAreUsageErrors) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_command_engine

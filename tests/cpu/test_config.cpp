@@ -27,7 +27,7 @@
 #include "run_bih.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_config {
 namespace {
 
 namespace fs = std::filesystem;
@@ -426,4 +426,4 @@ TEST(SyntheticNorms, PerturbedCheckpointRoundTripsBitwise) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_config

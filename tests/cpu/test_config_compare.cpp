@@ -15,7 +15,7 @@
 #include "schema_check.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_config_compare {
 namespace {
 
 namespace fs = std::filesystem;
@@ -528,4 +528,4 @@ TEST(ConfigCompareLlamaCpp, ThreadsAgainstOneThread) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_config_compare

@@ -18,7 +18,7 @@
 #include "models/bf16.hpp"
 #include "models/cpu/kernels.hpp"
 
-namespace bih::cpu {
+namespace bih::cpu::test_cpu_kernels {
 namespace {
 
 constexpr int kMaxBatch = 64;
@@ -113,7 +113,7 @@ const GemmShape kGemmShapes[] = {{67, 61}, {128, 256}, {256, 768}};
 
 TEST(CpuKernelsGemm, InvariantRowIsBitwiseBatchInvariant) {
   for (const GemmShape& shape : kGemmShapes) {
-    SCOPED_TRACE(testing::Message() << "N=" << shape.N << " K=" << shape.K);
+    SCOPED_TRACE(::testing::Message() << "N=" << shape.N << " K=" << shape.K);
     std::mt19937 rng(7);
     const std::vector<bf16> w = random_bf16(rng, static_cast<size_t>(shape.N) * shape.K);
     const RowKernel kernel = [&](const std::vector<bf16>& x, const std::vector<int32_t>&, int M) {
@@ -628,4 +628,4 @@ TEST(CpuKernelsAttention, VendorPrefillRowsUseTheInvariantPath) {
 }
 
 }  // namespace
-}  // namespace bih::cpu
+}  // namespace bih::cpu::test_cpu_kernels

@@ -13,7 +13,7 @@
 #include "harness/diff.hpp"
 #include "harness/generation.hpp"
 
-namespace bih {
+namespace bih::test_diff {
 namespace {
 
 // A generation of `prompts` prompts x `steps` tokens with distinct, reproducible values.
@@ -363,4 +363,4 @@ TEST(DiffGenerationJson, MalformedInputNamesThePointer) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_diff

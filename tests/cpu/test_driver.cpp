@@ -7,7 +7,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_driver {
 namespace {
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
@@ -209,4 +209,4 @@ TEST(Driver, DiffOfTwoDumpsReportsCounts) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_driver

@@ -19,7 +19,7 @@
 #include "models/comm/reduce_order.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_emulated_comm {
 namespace {
 
 using testing::pointers;
@@ -348,4 +348,4 @@ TEST(EmulatedCommTest, RejectsBadConstructionAndRanks) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_emulated_comm

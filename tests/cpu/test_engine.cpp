@@ -10,7 +10,7 @@
 #include "models/weights.hpp"
 #include "spec/plan.hpp"
 
-namespace bih {
+namespace bih::test_engine {
 namespace {
 
 std::shared_ptr<const ModelWeights> tiny_weights() {
@@ -213,4 +213,4 @@ TEST(EngineBitwise, SpThresholdDecidesPerStep) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_engine

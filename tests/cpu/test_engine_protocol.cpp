@@ -12,7 +12,7 @@
 #include "engines/engine_protocol.hpp"
 #include "schema_check.hpp"
 
-namespace bih::protocol {
+namespace bih::protocol::test_engine_protocol {
 namespace {
 
 using nlohmann::json;
@@ -194,4 +194,4 @@ TEST(EngineProtocolSchema, BihsMessagesAndTheDocumentedExampleValidate) {
 }
 
 }  // namespace
-}  // namespace bih::protocol
+}  // namespace bih::protocol::test_engine_protocol

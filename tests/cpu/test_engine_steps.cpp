@@ -12,7 +12,7 @@
 #include "models/weights.hpp"
 #include "spec/plan.hpp"
 
-namespace bih {
+namespace bih::test_engine_steps {
 namespace {
 
 std::shared_ptr<const ModelWeights> tiny_weights() {
@@ -155,4 +155,4 @@ TEST(EngineSteps, AddRefusesWhatTheEngineCannotRun) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_engine_steps

@@ -20,7 +20,7 @@
 
 #include "models/exact_product.hpp"
 
-namespace bih {
+namespace bih::test_exact_product {
 namespace {
 
 float from_bf16(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
@@ -113,4 +113,4 @@ TEST(ExactProduct, OutOfBandOperandsCanBreakTheIdentity) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_exact_product

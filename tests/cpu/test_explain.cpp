@@ -8,7 +8,7 @@
 #include "schema_check.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_explain {
 namespace {
 
 const std::string kMatrix = std::string(BIH_SOURCE_DIR) + "/scenarios/issue-56370.json";
@@ -181,4 +181,4 @@ TEST(ExplainTrace, PipelineOrderIsLayerOpPositionRank) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_explain

@@ -11,7 +11,7 @@
 #include "models/weights.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_export {
 namespace {
 
 namespace fs = std::filesystem;
@@ -115,4 +115,4 @@ TEST_F(ExportTest, HelpShowsAnExample) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_export

@@ -23,7 +23,7 @@
 #include "models/weights.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_export_safety {
 namespace {
 
 namespace fs = std::filesystem;
@@ -317,4 +317,4 @@ TEST_F(LayerCount, ConfigWithFarMoreLayersBlamesTheCheckpoint) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_export_safety

@@ -27,7 +27,7 @@
 #include "schema_check.hpp"
 #include "spec/plan.hpp"
 
-namespace bih {
+namespace bih::test_faults {
 namespace {
 
 namespace fs = std::filesystem;
@@ -566,4 +566,4 @@ TEST(AtomicFileAudit, AFailedWriteLeavesTheOldFile) {
 // NCCL cells get no expectation derived from emulated runs
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_faults

@@ -23,7 +23,7 @@
 #include "spec/scenario_file.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_fuzz_regressions {
 namespace {
 
 // Writes `bytes` to a fresh file in its own folder and returns the path.
@@ -139,4 +139,4 @@ TEST(FuzzRegressions, GateEvidenceSkipsComparisonFieldsOfTheWrongType) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_fuzz_regressions

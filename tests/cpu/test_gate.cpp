@@ -17,7 +17,7 @@
 #include "schema_check.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_gate {
 namespace {
 
 namespace fs = std::filesystem;
@@ -576,4 +576,4 @@ TEST(JunitEscape, EscapesMarkupAndReplacesWhatXmlForbids) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_gate

@@ -16,7 +16,7 @@
 #include "models/weights.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_gguf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -353,4 +353,4 @@ TEST_F(GgufHostileTest, MissingFileIsAnInputError) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_gguf

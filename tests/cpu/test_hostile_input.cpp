@@ -25,7 +25,7 @@
 #include "spec/scenario_file.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_hostile_input {
 namespace {
 
 namespace fs = std::filesystem;
@@ -386,4 +386,4 @@ TEST(HostileHelp, RunHelpHasExamplesExitCodesAndTheSetPathRule) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_hostile_input

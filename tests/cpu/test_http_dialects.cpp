@@ -16,7 +16,7 @@
 #include "engines/http/dialect.hpp"
 #endif
 
-namespace bih {
+namespace bih::test_http_dialects {
 namespace {
 
 using nlohmann::json;
@@ -244,4 +244,4 @@ TEST(HttpDialects, WithoutHttpTheKindNamesThePackage) {
 #endif
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_http_dialects

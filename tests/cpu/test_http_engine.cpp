@@ -22,7 +22,7 @@
 #include "engines/http/server_launch.hpp"
 #endif
 
-namespace bih {
+namespace bih::test_http_engine {
 namespace {
 
 namespace fs = std::filesystem;
@@ -380,4 +380,4 @@ TEST_F(HttpEngine, PrefixCachingEmptiesTheServersCacheBeforeEachColdGeneration) 
 #endif
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_http_engine

@@ -14,6 +14,9 @@ namespace bih {
 // gtest prints parameters in failure messages and test listings: the id says it all.
 void PrintTo(const Scenario& s, std::ostream* os) { *os << s.id(); }
 
+}  // namespace bih
+
+namespace bih::test_issue_matrix {
 namespace {
 
 const std::string kMatrix = std::string(BIH_SOURCE_DIR) + "/scenarios/issue-56370.json";
@@ -73,4 +76,4 @@ INSTANTIATE_TEST_SUITE_P(Scenarios, IssueMatrix, ::testing::ValuesIn(issue_scena
                          });
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_issue_matrix

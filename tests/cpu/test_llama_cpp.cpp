@@ -14,7 +14,7 @@
 #include "base/json_file.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_llama_cpp {
 namespace {
 
 namespace fs = std::filesystem;
@@ -107,4 +107,4 @@ TEST(LlamaCpp, KnobsLlamaCppLacksAreUnsupportedWithItsReason) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_llama_cpp

@@ -13,7 +13,7 @@
 
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_llama_cpp_reuse {
 namespace {
 
 namespace fs = std::filesystem;
@@ -103,4 +103,4 @@ TEST(LlamaCppReuse, NoKvStateLeaksBetweenRequests) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_llama_cpp_reuse

@@ -16,7 +16,7 @@
 #include "harness/generation.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_llama_server {
 namespace {
 
 namespace fs = std::filesystem;
@@ -99,4 +99,4 @@ TEST(LlamaServer, EachBatchingAndDialectOnOneSlotIsInvariantAndTheDialectsAgreeB
 #endif
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_llama_server

@@ -14,7 +14,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_lying_reports {
 namespace {
 
 namespace fs = std::filesystem;
@@ -206,4 +206,4 @@ TEST(LyingReports, SelfContradictionsInsideAComparison) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_lying_reports

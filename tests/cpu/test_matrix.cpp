@@ -25,7 +25,7 @@
 #define BIH_HAVE_VALIJSON 1
 #endif
 
-namespace bih {
+namespace bih::test_matrix {
 namespace {
 
 namespace fs = std::filesystem;
@@ -469,9 +469,9 @@ TEST(MatrixEscaping, EachFormatEscapesItsSpecialCharacters) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_matrix
 
-namespace bih {
+namespace bih::test_matrix {
 namespace {
 
 TEST(MatrixLocalization, ExplainSummaryShowsInTheCellDetails) {
@@ -498,4 +498,4 @@ TEST(MatrixLocalization, ExplainSummaryShowsInTheCellDetails) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_matrix

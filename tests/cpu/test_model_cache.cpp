@@ -24,7 +24,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_model_cache {
 namespace {
 
 namespace fs = std::filesystem;
@@ -264,4 +264,4 @@ TEST(ContentHash, EveryByteCounts) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_model_cache

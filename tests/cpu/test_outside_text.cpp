@@ -13,7 +13,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_outside_text {
 namespace {
 
 namespace fs = std::filesystem;
@@ -228,4 +228,4 @@ TEST_F(OutsideTextRun, BihsOwnMessagesOnTheTerminalAreUtf8) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_outside_text

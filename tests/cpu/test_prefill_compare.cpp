@@ -26,7 +26,7 @@
 #include "schema_check.hpp"
 #include "spec/plan.hpp"
 
-namespace bih {
+namespace bih::test_prefill_compare {
 namespace {
 
 namespace fs = std::filesystem;
@@ -495,4 +495,4 @@ TEST(PrefillCompare, BadCompareValuesExitTwoNamingTheField) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_prefill_compare

@@ -16,7 +16,7 @@
 #include "probes/probe_backend.hpp"
 #include "run_bih.hpp"
 
-namespace bih::probe {
+namespace bih::probe::test_probes {
 namespace {
 
 // Runs every CPU case matching `filter` once per test binary (the results are shared by tests).
@@ -399,4 +399,4 @@ TEST(ProbeCli, ExitCodesTableAndJson) {
 }
 
 }  // namespace
-}  // namespace bih::probe
+}  // namespace bih::probe::test_probes

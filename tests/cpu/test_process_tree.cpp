@@ -22,7 +22,7 @@
 #include "base/process_tree.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_process_tree {
 namespace {
 
 namespace fs = std::filesystem;
@@ -449,4 +449,4 @@ TEST(ProcessTreeParts, TailOfFileReadsOnlyTheEnd) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_process_tree

@@ -18,7 +18,7 @@
 #include "run_bih.hpp"
 #include "schema_check.hpp"
 
-namespace bih {
+namespace bih::test_protocol_reset {
 namespace {
 
 namespace fs = std::filesystem;
@@ -182,4 +182,4 @@ TEST(ProtocolReset, AnAdapterThatCannotResetIsStillDeclined) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_protocol_reset

@@ -17,7 +17,7 @@
 #include "spec/scenario_file.hpp"
 #include "spec/size_bounds.hpp"
 
-namespace bih {
+namespace bih::test_protocol_rules {
 namespace {
 
 namespace fs = std::filesystem;
@@ -230,4 +230,4 @@ TEST(CommandEngineErrors, AFailedRequestIsNamedByItsGeneration) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_protocol_rules

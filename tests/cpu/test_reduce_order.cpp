@@ -19,7 +19,7 @@
 #include "models/comm/reduce_order.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_reduce_order {
 namespace {
 
 using testing::pointers;
@@ -299,4 +299,4 @@ TEST(ReduceOrderTest, RejectsBadSequencesAndRanges) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_reduce_order

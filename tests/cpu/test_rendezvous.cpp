@@ -14,7 +14,7 @@
 #include "models/comm/rendezvous.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_rendezvous {
 namespace {
 
 using namespace std::chrono_literals;
@@ -70,4 +70,4 @@ TEST(Rendezvous, RanksThatDisagreeOnTheBarriersAbortNamingTheCall) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_rendezvous

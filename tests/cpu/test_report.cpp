@@ -20,7 +20,7 @@
 #include "harness/table.hpp"
 #include "schema_check.hpp"
 
-namespace bih {
+namespace bih::test_report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -388,4 +388,4 @@ TEST(TableRender, NoColourWhenNoColorIsSetOrNotATerminal) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_report

@@ -16,7 +16,7 @@
 #include "spec/scenario_file.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_scenario {
 namespace {
 
 using testing::input_error_of;
@@ -579,4 +579,4 @@ TEST_F(ScenarioSchema, DottedKeysMatchTheLoader) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_scenario

@@ -9,7 +9,7 @@
 
 #include "models/engine.hpp"
 
-namespace bih {
+namespace bih::test_scheduler {
 namespace {
 
 struct Recorded {
@@ -129,4 +129,4 @@ TEST(Scheduler, SampledTokensReachTheResults) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_scheduler

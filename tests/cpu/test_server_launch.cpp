@@ -23,7 +23,7 @@
 #include "engines/http/server_process.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_server_launch {
 namespace {
 
 namespace fs = std::filesystem;
@@ -367,6 +367,6 @@ TEST_F(ServerLaunchTest, TheServerDiesWithItsStarterByItself) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_server_launch
 
 #endif  // BIH_HAVE_HTTP

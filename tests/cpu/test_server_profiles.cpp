@@ -13,7 +13,7 @@
 #include "spec/server_profile.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_server_profiles {
 namespace {
 
 namespace fs = std::filesystem;
@@ -432,4 +432,4 @@ TEST(ServerProfiles, TemplatesFillEnvironmentDefaultsAndLiteralBraces) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_server_profiles

@@ -15,7 +15,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_shard_resume {
 namespace {
 
 namespace fs = std::filesystem;
@@ -263,4 +263,4 @@ TEST(Resume, ErrorReportsAreRunAgain) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_shard_resume

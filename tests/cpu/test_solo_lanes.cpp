@@ -23,7 +23,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_solo_lanes {
 namespace {
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
@@ -329,4 +329,4 @@ TEST(SoloLanes, OnlyBihsOwnEngineWithEmulatedRanksRunsMoreThanOne) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_solo_lanes

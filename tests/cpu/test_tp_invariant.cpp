@@ -28,7 +28,7 @@
 #include "spec/scenario.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_tp_invariant {
 namespace {
 
 using nlohmann::json;
@@ -491,4 +491,4 @@ TEST(TpInvariantDriver, AnExplicitRingOrArrivalCollectiveIsUnsupported) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_tp_invariant

@@ -21,7 +21,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 
-namespace bih {
+namespace bih::test_verdict_rule {
 namespace {
 
 namespace fs = std::filesystem;
@@ -345,4 +345,4 @@ TEST(ReportNaming, ACommandEngineHasNoNullAxesAndItsOwnJUnitClass) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_verdict_rule

@@ -15,7 +15,7 @@
 #include "models/tp_shard.hpp"
 #include "models/weights.hpp"
 
-namespace bih {
+namespace bih::test_weight_layout {
 namespace {
 
 ModelConfig small_config(bool tied) {
@@ -278,4 +278,4 @@ TEST(ShardLayout, RejectsRanksAndTpThatDoNotFit) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_weight_layout

@@ -21,7 +21,7 @@
 #include "models/weights.hpp"
 #include "test_util.hpp"
 
-namespace bih {
+namespace bih::test_weights {
 namespace {
 
 namespace fs = std::filesystem;
@@ -808,4 +808,4 @@ TEST(ReferenceForward, RejectsOutOfVocabularyTokens) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_weights

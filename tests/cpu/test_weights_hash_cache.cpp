@@ -12,7 +12,7 @@
 #include "models/weights.hpp"
 #include "run_bih.hpp"
 
-namespace bih {
+namespace bih::test_weights_hash_cache {
 namespace {
 
 namespace fs = std::filesystem;
@@ -90,4 +90,4 @@ TEST(WeightsHashCache, EachScenarioOfARunReportsItsOwnModelsHash) {
 }
 
 }  // namespace
-}  // namespace bih
+}  // namespace bih::test_weights_hash_cache
