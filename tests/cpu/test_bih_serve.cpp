@@ -27,24 +27,17 @@
 #include "engines/bih_engine.hpp"
 #include "run_bih.hpp"
 #include "spec/plan.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_bih_serve {
 namespace {
+
+using testing::alive;
 
 using nlohmann::json;
 using namespace std::chrono_literals;
 
 constexpr int kMaxTokens = 6;
-
-// A process that still runs: /proc/<pid> exists and is not a zombie.
-bool alive(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::stringstream s;
-  s << in.rdbuf();
-  const std::string stat = s.str();
-  const auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
 
 bool gone_within(pid_t pid, std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;

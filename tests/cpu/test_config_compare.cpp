@@ -14,16 +14,15 @@
 #include "run_bih.hpp"
 #include "schema_check.hpp"
 #include "spec/scenario_file.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_config_compare {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-const std::string kSource = BIH_SOURCE_DIR;
-
-void write_text(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+using testing::kSource;
+using testing::write_text;
 
 // The tiny model, 4 prompts, 4 tokens, bs=1 vs bs=4 and the batch twice.
 constexpr const char* kBase = R"({

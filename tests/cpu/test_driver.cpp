@@ -6,13 +6,12 @@
 
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_driver {
 namespace {
 
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+using testing::write_text;
 
 // A small, fast plan: 4 prompts, 4 tokens.
 constexpr const char* kSmallBase = R"({

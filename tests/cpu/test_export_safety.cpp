@@ -22,6 +22,7 @@
 #include "models/safetensors.hpp"
 #include "models/weights.hpp"
 #include "run_bih.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_export_safety {
 namespace {
@@ -30,13 +31,12 @@ namespace fs = std::filesystem;
 using bih::testing::fresh_dir;
 using bih::testing::run_bih;
 using nlohmann::json;
+using testing::write_text;
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
-
-void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
 
 class ExportSafety : public ::testing::Test {
  protected:

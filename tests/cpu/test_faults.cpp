@@ -26,23 +26,16 @@
 #include "run_bih.hpp"
 #include "schema_check.hpp"
 #include "spec/plan.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_faults {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kSource;
+using testing::read_text;
+using testing::write_text;
 using namespace std::chrono_literals;
-
-const std::string kSource = BIH_SOURCE_DIR;
-
-void write_text(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The one report in `dir`.
 nlohmann::json only_report(const fs::path& dir) {

@@ -16,14 +16,17 @@
 #include "run_bih.hpp"
 #include "schema_check.hpp"
 #include "spec/scenario_file.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_gate {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kSource;
+using testing::read_text;
 using testing::run_bih;
+using testing::write_text;
 
-const std::string kSource = BIH_SOURCE_DIR;
 const std::string kData = kSource + "/tests/data/gate/";
 
 // Ids shaped like the issue matrix's.
@@ -39,17 +42,6 @@ const std::string kVendor =
     "tp=1,sp=off,ar=tree,rs=ring,graph=none,prefix=off,kernels=vendor,model=tiny";
 const std::string kNccl =
     "tp=4,sp=off,ar=tree,rs=ring,graph=none,prefix=off,kernels=invariant,model=tiny,ranks=nccl";
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
 
 struct ShellResult {
   int exit_code = -1;

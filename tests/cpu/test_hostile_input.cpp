@@ -23,6 +23,7 @@
 #include "models/safetensors.hpp"
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
+#include "test_files.hpp"
 #include "test_util.hpp"
 
 namespace bih::test_hostile_input {
@@ -33,14 +34,13 @@ using nlohmann::json;
 using testing::fresh_dir;
 using testing::input_error_of;
 using testing::run_bih;
+using testing::write_text;
 
 std::string nested(int depth, const std::string& inner = "1") {
   return std::string(depth, '[') + inner + std::string(depth, ']');
 }
 
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-
-void write_text(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
 
 // A scenario small enough to run in a second or two, with `extra` merged in.
 std::string small_scenario(const json& extra = json::object()) {

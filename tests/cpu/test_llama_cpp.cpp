@@ -13,17 +13,18 @@
 
 #include "base/json_file.hpp"
 #include "run_bih.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_llama_cpp {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-const fs::path kSource = BIH_SOURCE_DIR;
+using testing::kSource;
 
 bool adapter_installed() {
-  return fs::exists(kSource / "adapters/llama-cpp/node_modules/node-llama-cpp/package.json");
+  return fs::exists(fs::path(kSource) /
+                    "adapters/llama-cpp/node_modules/node-llama-cpp/package.json");
 }
 
 void require_adapter() {
@@ -42,9 +43,9 @@ TEST(LlamaCpp, RunsTheTinyModelAloneInABatchAgainAndFresh) {
   const auto dir = testing::fresh_dir("llama-cpp");
   setenv("BIH_CACHE_DIR", (dir / "cache").c_str(), 1);
   const int prompts = 8, tokens = 6;
-  const auto r = testing::run_bih({"run", (kSource / "scenarios/llama-cpp.json").string(), "--set",
-                                   "plan.prompts.count=" + std::to_string(prompts), "--set",
-                                   "plan.max_tokens=" + std::to_string(tokens), "--set",
+  const auto r = testing::run_bih({"run", (fs::path(kSource) / "scenarios/llama-cpp.json").string(),
+                                   "--set", "plan.prompts.count=" + std::to_string(prompts),
+                                   "--set", "plan.max_tokens=" + std::to_string(tokens), "--set",
                                    "plan.batch_sizes=[1,8]", "--set", "engine.options.threads=2",
                                    "--out", (dir / "out").string(), "--keep-work"});
   const auto reports = testing::report_files(dir / "out");
@@ -93,9 +94,9 @@ TEST(LlamaCpp, KnobsLlamaCppLacksAreUnsupportedWithItsReason) {
   if (::testing::Test::IsSkipped() || ::testing::Test::HasFailure()) return;
   const auto dir = testing::fresh_dir("llama-cpp-unsupported");
   setenv("BIH_CACHE_DIR", (dir / "cache").c_str(), 1);
-  const auto r = testing::run_bih({"run", (kSource / "scenarios/llama-cpp.json").string(), "--set",
-                                   "plan.prompts.count=2", "--set", "plan.max_tokens=2", "--set",
-                                   "parallel.tp=2", "--set", "expect=unsupported", "--out",
+  const auto r = testing::run_bih({"run", (fs::path(kSource) / "scenarios/llama-cpp.json").string(),
+                                   "--set", "plan.prompts.count=2", "--set", "plan.max_tokens=2",
+                                   "--set", "parallel.tp=2", "--set", "expect=unsupported", "--out",
                                    (dir / "out").string()});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   const auto reports = testing::report_files(dir / "out");

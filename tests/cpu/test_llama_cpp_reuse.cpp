@@ -12,14 +12,14 @@
 #include <fstream>
 
 #include "run_bih.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_llama_cpp_reuse {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-const fs::path kSource = BIH_SOURCE_DIR;
+using testing::kSource;
 
 using Prompt = std::vector<int>;
 const Prompt kA{5, 17, 900, 1200, 33, 1800};
@@ -47,7 +47,8 @@ std::vector<json> exchange(const fs::path& dir, const std::string& name, const f
     in << json{{"type", "shutdown"}}.dump() << "\n";
   }
   const std::string command =
-      "node " + testing::shell_quote((kSource / "adapters/llama-cpp/adapter.mjs").string()) +
+      "node " +
+      testing::shell_quote((fs::path(kSource) / "adapters/llama-cpp/adapter.mjs").string()) +
       " < " + testing::shell_quote((dir / (name + ".in")).string()) + " > " +
       testing::shell_quote((dir / (name + ".out")).string()) + " 2> " +
       testing::shell_quote((dir / (name + ".log")).string());
@@ -68,7 +69,8 @@ json sequence(const std::vector<json>& answers, int id, size_t index) {
 }
 
 TEST(LlamaCppReuse, NoKvStateLeaksBetweenRequests) {
-  if (!fs::exists(kSource / "adapters/llama-cpp/node_modules/node-llama-cpp/package.json")) {
+  if (!fs::exists(fs::path(kSource) /
+                  "adapters/llama-cpp/node_modules/node-llama-cpp/package.json")) {
     const char* ci = std::getenv("CI");
     if (ci != nullptr && std::string(ci) == "true") FAIL() << "CI=true but the adapter is missing";
     GTEST_SKIP() << "llama.cpp adapter not installed (bash adapters/llama-cpp/setup.sh)";

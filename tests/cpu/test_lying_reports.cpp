@@ -13,29 +13,22 @@
 #include "harness/report_set.hpp"
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_lying_reports {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kSource;
+using testing::read_text;
 using testing::run_bih;
-
-const std::string kSource = BIH_SOURCE_DIR;
+using testing::write_text;
 
 // tp=1, 3 prompts, 2 tokens: a real invariant run in well under a second.
 constexpr const char* kScenario = R"({
   "model": {"preset": "tiny"}, "parallel": {"tp": 1},
   "plan": {"prompts": {"count": 3, "min_len": 4, "max_len": 6}, "max_tokens": 2,
            "batch_sizes": [1, 3], "repeats": 2}})";
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // One real run, shared: the scenario file, its --out folder and its one report.
 struct RealRun {

@@ -15,6 +15,7 @@
 #include "harness/matrix_view.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
+#include "test_files.hpp"
 #include "tests/cpu/run_bih.hpp"
 
 #if __has_include(<valijson/validator.hpp>)
@@ -29,6 +30,7 @@ namespace bih::test_matrix {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_text;
 using json = nlohmann::json;
 
 const fs::path kFixtures = fs::path(BIH_SOURCE_DIR) / "tests/data/matrix";
@@ -41,13 +43,6 @@ const std::string kVendorId =
     "tp=1,sp=off,ar=tree,rs=ring,graph=none,prefix=off,kernels=vendor,model=tiny";
 const std::string kMissingId =
     "tp=3,sp=on(min=1),ar=tree,rs=ring,graph=none,prefix=off,kernels=invariant,model=tiny";
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // The fixture report of `id`, straight from its file (the truth the matrix is checked against).
 json fixture_report(const std::string& id) {

@@ -21,29 +21,18 @@
 #include "base/line_process.hpp"
 #include "base/process_tree.hpp"
 #include "run_bih.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_process_tree {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::alive;
+using testing::read_text;
 using namespace std::chrono_literals;
 
 const std::string kAdapter = std::string(BIH_SOURCE_DIR) + "/tests/data/adapters/tree_adapter.py";
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A process that still runs: /proc/<pid> exists and is not a zombie.
-bool alive(pid_t pid) {
-  const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
 
 // Live processes whose environment holds `marker` (every process the adapter started has it).
 std::vector<pid_t> marked_processes(const std::string& marker) {

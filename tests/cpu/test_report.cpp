@@ -19,19 +19,14 @@
 #include "harness/report.hpp"
 #include "harness/table.hpp"
 #include "schema_check.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_report {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::read_text;
 using json = nlohmann::json;
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A fresh, empty folder per test, removed afterwards.
 class TempDir {

@@ -22,28 +22,18 @@
 #include "engines/http/server_launch.hpp"
 #include "engines/http/server_process.hpp"
 #include "run_bih.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_server_launch {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::alive;
+using testing::read_text;
 using namespace std::chrono_literals;
 
 const std::string kFixture = std::string(BIH_SOURCE_DIR) + "/tests/hostile/server_fixture.py";
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-bool alive(pid_t pid) {
-  const std::string stat = read_text("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
 
 class ServerLaunchTest : public ::testing::Test {
  protected:

@@ -11,6 +11,7 @@
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
 #include "spec/server_profile.hpp"
+#include "test_files.hpp"
 #include "test_util.hpp"
 
 namespace bih::test_server_profiles {
@@ -18,10 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::kSource;
 using Argv = std::vector<std::string>;
 using Env = std::map<std::string, std::string>;
-
-const std::string kSource = BIH_SOURCE_DIR;
 
 ServerVars vars() {
   ServerVars v;

@@ -14,14 +14,16 @@
 #include "harness/report.hpp"
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_shard_resume {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kSource;
+using testing::read_text;
 using testing::run_bih;
 
-const std::string kSource = BIH_SOURCE_DIR;
 const std::string kMatrix = kSource + "/scenarios/issue-56370.json";
 const std::string kBaseline = kSource + "/ci/expectations.json";
 const std::vector<std::string> kSmallPlan = {"--set", "plan.prompts.count=4",
@@ -49,13 +51,6 @@ std::vector<std::string> listed_ids() {
     if (!line.empty()) ids.push_back(line.substr(0, line.find("  ")));
   }
   return ids;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // The three shards of the matrix, run once for the suite.

@@ -22,13 +22,12 @@
 #include "harness/solo_lanes.hpp"
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_solo_lanes {
 namespace {
 
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream(path) << text;
-}
+using testing::write_text;
 
 // 7 prompts over 3 lanes: lanes of 3, 2 and 2 prompts, TP=2 so that every lane has its own group
 // of rank threads; top-k and row digests so that a lane's engine must be set up as the worker's.

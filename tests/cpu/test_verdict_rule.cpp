@@ -20,14 +20,16 @@
 #include "harness/report.hpp"
 #include "run_bih.hpp"
 #include "spec/scenario_file.hpp"
+#include "test_files.hpp"
 
 namespace bih::test_verdict_rule {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::kSource;
+using testing::read_text;
 using testing::run_bih;
-
-const std::string kSource = BIH_SOURCE_DIR;
+using testing::write_text;
 
 constexpr const char* kMatrix = R"({
   "base": {"model": {"preset": "tiny"}, "parallel": {"tp": 1},
@@ -42,15 +44,6 @@ constexpr const char* kMatrix = R"({
 const std::vector<Verdict> kVerdicts{Verdict::invariant, Verdict::batch_variant,
                                      Verdict::nondeterministic, Verdict::error,
                                      Verdict::unsupported};
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 nlohmann::json data_report(const std::string& needle) {
   for (const auto& e : fs::directory_iterator(kSource + "/tests/data/matrix")) {

@@ -19,12 +19,14 @@
 #include "models/config.hpp"
 #include "models/safetensors.hpp"
 #include "models/weights.hpp"
+#include "test_files.hpp"
 #include "test_util.hpp"
 
 namespace bih::test_weights {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::write_text;
 
 // A fresh directory per test, removed afterwards.
 class TempDir {
@@ -43,11 +45,6 @@ class TempDir {
  private:
   fs::path path_;
 };
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-}
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
