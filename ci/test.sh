@@ -2,7 +2,7 @@
 # The README's second command: set up (Debian packages, the llama.cpp adapter's npm package,
 # llama-server), build, and run every test that needs no GPU (label cpu). CI (.ci/run) then runs
 # the same tests built with ASan and UBSan (ci/asan.sh) and each libFuzzer target for a bounded time
-# (ci/fuzz.sh): about 29 more minutes on two cores, which a person running the tests need not
+# (ci/fuzz.sh): about 21 more minutes on two cores, which a person running the tests need not
 # wait for.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -8,7 +8,9 @@ nlohmann::json::json_pointer dotted_key_pointer(const std::string& dotted_key) {
   size_t start = 0;
   while (true) {
     const size_t dot = dotted_key.find('.', start);
-    pointer += "/" + dotted_key.substr(start, dot - start);
+    // Two appends: g++ 12 warns (-Wstringop-overflow, a false positive) on "/" + substr(...).
+    pointer += '/';
+    pointer.append(dotted_key, start, dot == std::string::npos ? std::string::npos : dot - start);
     if (dot == std::string::npos) break;
     start = dot + 1;
   }

@@ -28,18 +28,6 @@ namespace {
 
 using nlohmann::json;
 
-// One /v1/completions request between its handler thread and the scheduler.
-struct Pending {
-  CompletionRequest request;
-  std::vector<SequenceId> ids;  // consecutive: one per prompt, in order
-  std::vector<SequenceResult> results;
-  int remaining = 0;
-  BatchSeen seen;
-  bool finished = false;
-  int error_status = 0;  // 0: ok; 500 an engine failure, 503 the server stopping
-  std::string error;
-};
-
 void reply_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
   res.set_content(body.dump(), "application/json");
@@ -53,6 +41,19 @@ void reply_error(httplib::Response& res, int status, const std::string& message,
 }  // namespace
 
 struct BihServer::State {
+  // One /v1/completions request between its handler thread and the scheduler. A member, not a
+  // file-local type: State has external linkage, so its fields may not use the anonymous namespace.
+  struct Pending {
+    CompletionRequest request;
+    std::vector<SequenceId> ids;  // consecutive: one per prompt, in order
+    std::vector<SequenceResult> results;
+    int remaining = 0;
+    BatchSeen seen;
+    bool finished = false;
+    int error_status = 0;  // 0: ok; 500 an engine failure, 503 the server stopping
+    std::string error;
+  };
+
   State(Engine& e, BihServerInfo i) : engine(e), info(std::move(i)) {}
 
   Engine& engine;
