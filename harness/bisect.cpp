@@ -11,11 +11,11 @@
 #include "base/atomic_file.hpp"
 #include "base/errors.hpp"
 #include "base/strings.hpp"
-#include "harness/dotted_keys.hpp"
 #include "harness/driver.hpp"
 #include "harness/environment.hpp"
 #include "harness/report.hpp"
 #include "harness/report_set.hpp"
+#include "spec/dotted_keys.hpp"
 #include "spec/plan.hpp"
 #include "spec/scenario_file.hpp"
 

@@ -2,7 +2,7 @@
 #include "harness/config_compare.hpp"
 
 #include "base/errors.hpp"
-#include "harness/dotted_keys.hpp"
+#include "spec/dotted_keys.hpp"
 
 namespace bih {
 
@@ -18,7 +18,7 @@ std::vector<Comparison::KnobChange> knob_changes(const Scenario& s, const Scenar
   const nlohmann::json mine = s.to_json(), theirs = reference.to_json();
   std::vector<Comparison::KnobChange> changes;
   for (const std::string& key : s.compare_keys) {
-    const auto p = dotted_key_pointer(key);
+    const nlohmann::json::json_pointer p(dotted_key_pointer(key));
     const nlohmann::json a = mine.contains(p) ? mine.at(p) : nlohmann::json();
     const nlohmann::json b = theirs.contains(p) ? theirs.at(p) : nlohmann::json();
     if (a != b) changes.push_back({key, a.dump(), b.dump()});

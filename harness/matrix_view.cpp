@@ -6,8 +6,8 @@
 
 #include "base/edit_distance.hpp"
 #include "base/errors.hpp"
-#include "harness/dotted_keys.hpp"
 #include "harness/expectations.hpp"
+#include "spec/dotted_keys.hpp"
 #include "spec/scenario.hpp"
 
 namespace bih {
@@ -26,7 +26,7 @@ const std::set<std::string>& ignored_knobs() {
 }
 
 json value_at(const json& scenario, const std::string& dotted_key) {
-  const auto pointer = dotted_key_pointer(dotted_key);
+  const json::json_pointer pointer(dotted_key_pointer(dotted_key));
   return scenario.contains(pointer) ? scenario.at(pointer) : json(nullptr);
 }
 

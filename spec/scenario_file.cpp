@@ -12,6 +12,7 @@
 
 #include "base/edit_distance.hpp"
 #include "base/errors.hpp"
+#include "spec/dotted_keys.hpp"
 
 namespace bih {
 namespace {
@@ -31,17 +32,6 @@ struct Override {
   std::string file_label;  // the file, or "FILE (--set k=v)"
   std::string pointer;     // where the value sits in that file
 };
-
-std::string pointer_of_dotted(const std::string& dotted) {
-  std::string pointer;
-  std::stringstream parts(dotted);
-  std::string part;
-  while (std::getline(parts, part, '.')) {
-    pointer += '/';
-    pointer += json_pointer_token(part);
-  }
-  return pointer;
-}
 
 void check_dotted_key(const std::string& dotted, const std::string& file,
                       const std::string& pointer) {
@@ -92,7 +82,7 @@ Override parse_set(const std::string& text, const std::string& path) {
     o.value = value_text;
   }
   o.file_label = label;
-  o.pointer = pointer_of_dotted(o.dotted_key);
+  o.pointer = dotted_key_pointer(o.dotted_key);
   check_dotted_key(o.dotted_key, label, o.pointer);
   return o;
 }
@@ -114,7 +104,7 @@ Scenario build(const ordered_json& base, const Point& point, const std::string& 
     return scenario_from_json(json(merged), path, "");
   } catch (const ScenarioError& e) {
     for (auto o = point.overrides.rbegin(); o != point.overrides.rend(); ++o) {
-      const std::string prefix = pointer_of_dotted(o->dotted_key);
+      const std::string prefix = dotted_key_pointer(o->dotted_key);
       if (e.pointer() == prefix || e.pointer().rfind(prefix + "/", 0) == 0) {
         throw InputError(o->file_label, o->pointer + e.pointer().substr(prefix.size()),
                          e.detail() + (point.label.empty() ? "" : " [in " + point.label + "]"));

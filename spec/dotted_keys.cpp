@@ -1,20 +1,20 @@
-// dotted_keys.cpp: a scenario's knobs as dotted keys and back to JSON pointers.
-#include "harness/dotted_keys.hpp"
+// dotted_keys.cpp: a scenario's knobs as dotted keys and their JSON pointers.
+#include "spec/dotted_keys.hpp"
+
+#include "base/errors.hpp"
 
 namespace bih {
 
-nlohmann::json::json_pointer dotted_key_pointer(const std::string& dotted_key) {
+std::string dotted_key_pointer(const std::string& dotted_key) {
   std::string pointer;
   size_t start = 0;
   while (true) {
     const size_t dot = dotted_key.find('.', start);
-    // Two appends: g++ 12 warns (-Wstringop-overflow, a false positive) on "/" + substr(...).
     pointer += '/';
-    pointer.append(dotted_key, start, dot == std::string::npos ? std::string::npos : dot - start);
-    if (dot == std::string::npos) break;
+    pointer += json_pointer_token(dotted_key.substr(start, dot - start));
+    if (dot == std::string::npos) return pointer;
     start = dot + 1;
   }
-  return nlohmann::json::json_pointer(pointer);
 }
 
 void flatten_dotted(const nlohmann::json& node, const std::string& prefix,
