@@ -679,8 +679,14 @@ ModelConfig model_config(const Scenario& s, const Cursor& at) {
     const std::string valid =
         "a Hugging Face checkpoint folder holding config.json (bih export --preset NAME "
         "--format hf --out DIR writes one)";
-    if (!fs::is_regular_file(config_path)) {
-      at.at("model").at("path").fail("'" + config_path + "' does not exist", valid);
+    // The error_code form: a name the system refuses (too long, say) is the input's fault too,
+    // not a filesystem_error escaping the checks.
+    std::error_code ec;
+    if (!fs::is_regular_file(config_path, ec)) {
+      at.at("model").at("path").fail(
+          "'" + config_path + "' " +
+              (ec ? "cannot be read (" + ec.message() + ")" : "does not exist"),
+          valid);
     }
     ModelConfig config;
     try {

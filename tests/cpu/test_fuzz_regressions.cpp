@@ -84,6 +84,16 @@ TEST(FuzzRegressions, ScenarioFileWithAHugeNumberIsRefused) {
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
 }
 
+// A model.path component longer than the system's NAME_MAX (fuzz_scenarios, stop 51): stat fails
+// with ENAMETOOLONG, which once escaped as a filesystem_error instead of an InputError.
+TEST(FuzzRegressions, ScenarioWithAModelPathTooLongForTheSystemIsRefused) {
+  const std::string path = write_case("long-model-path.json",
+                                      R"({"model": {"path": ")" + std::string(300, 's') + R"("}})");
+  const std::string msg = testing::input_error_of([&] { load_scenarios(path); });
+  EXPECT_NE(msg.find("/model/path"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cannot be read"), std::string::npos) << msg;
+}
+
 TEST(FuzzRegressions, ReportWithAHugeNumberIsRefused) {
   const std::string path =
       write_case("huge-report.json",
