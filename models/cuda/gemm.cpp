@@ -30,6 +30,18 @@
 namespace bih::cuda {
 namespace {
 
+// Whether work launched on `stream` now goes into a CUDA graph being captured. An error (the
+// legacy stream while another stream captures) reads as not capturing: the launch itself reports
+// it.
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return status == cudaStreamCaptureStatusActive;
+}
+
 // The largest power of two up to 256 that divides the address (what the pointer can promise).
 uint32_t pointer_alignment(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
@@ -122,7 +134,18 @@ CudaGemm::CudaGemm(CudaGemmOptions options) : impl_(std::make_unique<Impl>()) {
     options.skinny_max_m = std::atoi(skinny);
   }
   if (const char* fuse = std::getenv("BIH_GEMM_FUSE_SILU_MUL")) {
-    options.fuse_silu_mul = std::string(fuse) != "0";
+    const std::string value = fuse;
+    if (value == "0") {
+      options.fuse_silu_mul = SiluMulFusion::never;
+    } else if (value == "1") {
+      options.fuse_silu_mul = SiluMulFusion::always;
+    } else if (value == "graphs") {
+      options.fuse_silu_mul = SiluMulFusion::in_graphs;
+    } else {
+      throw std::invalid_argument("BIH_GEMM_FUSE_SILU_MUL=" + value +
+                                  ": valid values are 0 (never), 1 (always) and graphs (only while "
+                                  "the stream is captured into a CUDA graph)");
+    }
   }
   impl_->bands = resolve_bands(options);
   impl_->options = std::move(options);
@@ -207,9 +230,9 @@ void CudaGemm::gemm(KernelFamily family, const bf16* x, const bf16* w, bf16* y, 
 
 bool CudaGemm::gemm_silu_mul(KernelFamily family, const bf16* x, const bf16* w, bf16* act, int M,
                              int I, int K, cudaStream_t stream) {
-  if (family != KernelFamily::invariant || !impl_->options.fuse_silu_mul || M < 1 || I < 1 ||
-      K < 1 || x == nullptr || w == nullptr || act == nullptr || !skinny_stream_instance_on() ||
-      skinny_verify_on() || !skinny_gemm_supports(M, 2 * I, K) ||
+  if (family != KernelFamily::invariant || impl_->options.fuse_silu_mul == SiluMulFusion::never ||
+      M < 1 || I < 1 || K < 1 || x == nullptr || w == nullptr || act == nullptr ||
+      !skinny_stream_instance_on() || skinny_verify_on() || !skinny_gemm_supports(M, 2 * I, K) ||
       !skinny_stream_silu_mul_supports(M, I, K, x, w) || pointer_alignment(act) < 4) {
     return false;
   }
@@ -218,6 +241,10 @@ bool CudaGemm::gemm_silu_mul(KernelFamily family, const bf16* x, const bf16* w, 
   const Impl::Pinned& p = impl_->pinned_for(2 * I, K);
   const Impl::Companion* companion = p.config.cublaslt ? p.companion_at(M) : nullptr;
   if (companion == nullptr || !companion->skinny) return false;
+  // Checked last, so that a call outside capture still pins the shape for the capture to come.
+  if (impl_->options.fuse_silu_mul == SiluMulFusion::in_graphs && !stream_is_capturing(stream)) {
+    return false;
+  }
   launch_skinny_stream_silu_mul(x, w, act, M, I, K, stream);
   return true;
 }

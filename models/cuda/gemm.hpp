@@ -111,6 +111,10 @@ struct GemmBand {
   int heuristic_m = 1;
 };
 
+// Where CudaGemm::gemm_silu_mul fuses: never, only on a stream being captured into a CUDA graph,
+// or always. The bits are the same in all three; only the speed differs.
+enum class SiluMulFusion { never, in_graphs, always };
+
 struct CudaGemmOptions {
   // The engine's largest M (tokens in one step): the pinned algorithm is checked at 1..max_m.
   int max_m = 4096;
@@ -151,9 +155,12 @@ struct CudaGemmOptions {
   // environment variable BIH_GEMM_SKINNY_MAX_M overrides this (0 compares whole decode steps
   // against cuBLASLt's companions).
   int skinny_max_m = 8;
-  // gemm_silu_mul may run the skinny stream kernel with SiLU-mul in its epilogue (the bits of the
-  // GEMM then silu_mul, one kernel fewer). BIH_GEMM_FUSE_SILU_MUL=0 turns it off, to time both.
-  bool fuse_silu_mul = true;
+  // Where gemm_silu_mul may run the skinny stream kernel with SiLU-mul in its epilogue (the bits
+  // of the GEMM then silu_mul, one kernel fewer). On an H100 the fused kernel made the bs=1 step
+  // 0.5-1.3% faster in full graphs and 1.2-1.5% slower eager (reports/gpu/silu-mul-fusion-
+  // 2026-12-07), so by default it serves only while the stream is being captured into a graph.
+  // BIH_GEMM_FUSE_SILU_MUL (0, 1 or graphs) overrides it, to time each.
+  SiluMulFusion fuse_silu_mul = SiluMulFusion::in_graphs;
   // The vendor family's workspace; cuBLAS's default on Hopper is 32 MiB.
   size_t vendor_workspace_bytes = size_t{32} << 20;
 };
@@ -175,8 +182,9 @@ class CudaGemm {
   // act[M, I] = silu(gate) * up of the gate_up product x[M, K] · w^T, w = [gate; up] of [2I, K],
   // in one kernel, where the invariant family's own skinny kernel serves gemm(x, w) at this M:
   // the same bits as gemm() into [M, 2I] then silu_mul (kernels.hpp). Returns false, launching
-  // nothing, anywhere else (another family or configuration, fuse_silu_mul off, a shape the fused
-  // kernel does not take); the caller then runs the two. Throws as gemm() does.
+  // nothing, anywhere else (another family or configuration, fuse_silu_mul never, or in_graphs
+  // while `stream` is not capturing, a shape the fused kernel does not take); the caller then runs
+  // the two. Throws as gemm() does.
   bool gemm_silu_mul(KernelFamily family, const bf16* x, const bf16* w, bf16* act, int M, int I,
                      int K, cudaStream_t stream);
 

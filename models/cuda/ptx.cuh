@@ -101,6 +101,14 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void* map, in
       : "memory");
 }
 
+// Asks L2 for the box of a 2-D tensor map at (c0 innermost, c1), nothing into shared memory: a
+// hint that the box will be copied soon, with no barrier and nothing to wait for.
+__device__ __forceinline__ void prefetch_tensor_2d_l2(const void* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(map),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+
 // Barrier `id` (1..15; 0 is __syncthreads') among `threads` threads of the CTA, whole warps.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

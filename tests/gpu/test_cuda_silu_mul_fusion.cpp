@@ -5,6 +5,7 @@
 // at every M the fused kernel takes (1..8), on every ring that takes the shape; rows past M and
 // nothing else are left as they were. CudaGemm fuses only where its skinny companion serves, and
 // says so by its return value.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -137,6 +138,7 @@ TEST(CudaSiluMulFusion, CudaGemmFusesOnlyWhereItsSkinnyCompanionServes) {
   RankCase c(4, I, K);
   bih::cuda::CudaGemmOptions options;
   options.max_m = 64;
+  options.fuse_silu_mul = bih::cuda::SiluMulFusion::always;
   bih::cuda::CudaGemm gemm(options);
   DeviceBuffer<bf16> gate_up(static_cast<size_t>(16) * 2 * I);
   DeviceBuffer<bf16> want(static_cast<size_t>(16) * I);
@@ -162,10 +164,59 @@ TEST(CudaSiluMulFusion, CudaGemmFusesOnlyWhereItsSkinnyCompanionServes) {
     EXPECT_FALSE(gemm.gemm_silu_mul(other, x16.get(), c.w.get(), got.get(), 1, I, K, nullptr));
   }
   bih::cuda::CudaGemmOptions off = options;
-  off.fuse_silu_mul = false;
+  off.fuse_silu_mul = bih::cuda::SiluMulFusion::never;
   bih::cuda::CudaGemm unfused(off);
   EXPECT_FALSE(unfused.gemm_silu_mul(KernelFamily::invariant, x16.get(), c.w.get(), got.get(), 1, I,
                                      K, nullptr));
+  bih::test::device_synchronize();
+}
+
+// By default the fused kernel serves only a stream being captured into a CUDA graph: eager, the
+// GEMM and silu_mul run apart; captured, the graph holds the fused kernel, with the same bits.
+TEST(CudaSiluMulFusion, FusesByDefaultOnlyWhileTheStreamIsCaptured) {
+  BIH_SKIP_WITHOUT_GPU();
+  BIH_SKIP_UNLESS_SM90();
+  const int K = hidden_size();
+  const int I = rank_mlp_widths()[2];
+  RankCase c(4, I, K);
+  bih::cuda::CudaGemmOptions options;
+  options.max_m = 64;
+  ASSERT_EQ(options.fuse_silu_mul, bih::cuda::SiluMulFusion::in_graphs);
+  bih::cuda::CudaGemm gemm(options);
+  ASSERT_TRUE(gemm.invariant_config(2 * I, K).serving(1).skinny);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  DeviceBuffer<bf16> got(unwritten(static_cast<size_t>(8) * I));
+  EXPECT_FALSE(gemm.gemm_silu_mul(KernelFamily::invariant, c.x.get(), c.w.get(), got.get(), 1, I, K,
+                                  stream));
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(got.download(0, 1)[0].bits, kUnwritten) << "the eager call launched a kernel";
+
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const bool fused =
+      gemm.gemm_silu_mul(KernelFamily::invariant, c.x.get(), c.w.get(), got.get(), 1, I, K, stream);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  EXPECT_TRUE(fused) << "not fused while capturing";
+  size_t nodes = 0;
+  ASSERT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(nodes, 1u);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+
+  DeviceBuffer<bf16> gate_up(static_cast<size_t>(8) * 2 * I);
+  DeviceBuffer<bf16> want(static_cast<size_t>(8) * I);
+  gemm.gemm(KernelFamily::invariant, c.x.get(), c.w.get(), gate_up.get(), 1, 2 * I, K, stream);
+  bih::cuda::silu_mul(gate_up.get(), want.get(), 1, I, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const bih::cuda::BitDifferences d =
+      bih::cuda::count_bit_differences(got.get(), want.get(), static_cast<size_t>(I), nullptr);
+  EXPECT_EQ(d.count, 0u) << "first at " << d.first;
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
   bih::test::device_synchronize();
 }
 

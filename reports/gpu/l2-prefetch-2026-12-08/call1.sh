@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Call 1 (issue 18, stop 52): the skinny stream GEMM asking L2 for more of its weights before it
+# waits for the kernel ahead of it (BIH_GEMM_SKINNY_L2_PREFETCH_MB: the grid's budget, 0 = off),
+# and the SiLU-mul fusion only under graph capture (BIH_GEMM_FUSE_SILU_MUL=graphs, against 1).
+# The fusion and skinny tests with a prefetch budget (bits must not move); the decode steps under
+# each setting, interleaved; one step's GEMMs alone with and without prefetch; the GPU matrix with
+# prefetch on, if time is left (LIMIT: the seconds the call may run, 580 by default).
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0
+start=$(date +%s)
+R=$(mktemp -d)
+S="$OUT/call1-summary.txt"
+say() { echo "$*" | tee -a "$S"; }
+pack() { tar -czf "$OUT/call1.tgz" -C "$R" .; }
+say "$(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader)"
+t=$(date +%s)
+cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIH_CUDA=ON \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DBIH_BUILD_BENCH=ON >/dev/null && cmake --build build-device -j16 \
+  --target bih bih_gpu_tests bih_cuda_bench >"$R/build.log" 2>&1
+say "build: exit $? in $(( $(date +%s) - t )) s; $(tail -1 "$R/build.log")"
+grep -E "error" "$R/build.log" | head -5 | tee -a "$S"
+t=$(date +%s)
+BIH_GEMM_SKINNY_L2_PREFETCH_MB=64 BIH_REQUIRE_GPU=1 timeout 120 build-device/bih_gpu_tests \
+  --gtest_filter='CudaSiluMulFusion.*:CudaGemm.SkinnyStream*:CudaStepChain.*' >"$R/tests-pf64.txt" 2>&1
+say "fusion, skinny stream, step chain tests (prefetch 64 MiB): exit $? in $(( $(date +%s) - t )) s; $(grep -E '^\[  (PASSED|FAILED)' "$R/tests-pf64.txt" | paste -sd' ')"
+grep -E "Failure|Expected|Which is|first at|^\[  FAILED  \] [A-Z]" "$R/tests-pf64.txt" | head -12 | tee -a "$S"
+pack
+B='^BM_DecodeStep/qwen3-1.7b/tp:(1/bs:1/graph:full/kernels:(invariant|vendor)|1/bs:64/graph:full/kernels:invariant|1/bs:1/graph:none/kernels:invariant|4/bs:1/graph:full/kernels:invariant)/'
+run=0
+bench() {  # name, env...
+  local name=$1; shift
+  run=$((run + 1))
+  local f="$R/bench-$run-$name.txt"
+  t=$(date +%s)
+  env "$@" timeout 90 build-device/bih_cuda_bench --ms=1 --benchmark_filter="$B" >"$f" 2>&1
+  say "bench $run $name ($*): exit $? in $(( $(date +%s) - t )) s"
+  grep -E "^BM_Decode" "$f" |
+    grep -oE "^[^ ]+|step_ms=[^ ]+|floor_ms=[^ ]+|device_ms=[^ ]+" | paste -sd' ' |
+    sed 's/ BM_/\nBM_/g; s/BM_DecodeStep.qwen3-1.7b.//g; s/.iterations:[0-9]*.manual_time//g' |
+    tee -a "$S"
+}
+F1=BIH_GEMM_FUSE_SILU_MUL=1
+FG=BIH_GEMM_FUSE_SILU_MUL=graphs
+P=BIH_GEMM_SKINNY_L2_PREFETCH_MB
+bench fused-always $F1 $P=0
+bench graphs $FG $P=0
+bench graphs-pf8 $FG $P=8
+bench graphs-pf16 $FG $P=16
+bench graphs-pf32 $FG $P=32
+bench graphs-pf16 $FG $P=16
+bench graphs-pf8 $FG $P=8
+bench graphs $FG $P=0
+bench fused-always $F1 $P=0
+bench graphs-pf32 $FG $P=32
+pack
+for pf in 0 16 0 16; do
+  run=$((run + 1))
+  f="$R/bench-$run-stepgemms-pf$pf.txt"
+  env $P=$pf timeout 90 build-device/bih_cuda_bench --ms=1 --benchmark_filter='^StepGemms/M=1' >"$f" 2>&1
+  say "StepGemms pf$pf: exit $?; $(grep -E '^StepGemms' "$f" | head -1 | grep -oE 'inv_ms=[^ ]+|inv_copy=[^ ]+|tpinv_ms=[^ ]+|vendor_ms=[^ ]+' | paste -sd' ')"
+done
+pack
+left=$(( ${LIMIT:-580} - ($(date +%s) - start) ))
+say "time left for the matrix: $left s"
+if [ "$left" -gt 170 ]; then
+  t=$(date +%s)
+  env $P=${MATRIX_PF:-16} timeout "$left" build-device/bih run scenarios/issue-56370-gpu.json \
+    --out /tmp/matrix >"$R/matrix.txt" 2>&1
+  say "matrix (prefetch ${MATRIX_PF:-16} MiB): exit $? in $(( $(date +%s) - t )) s"
+  build-device/bih gate --expect ci/expectations-gpu.json /tmp/matrix >"$R/gate.txt" 2>&1
+  say "gate: exit $? ($(tail -1 "$R/gate.txt"))"
+  python3 ci/matrix-timings.py /tmp/matrix >"$R/matrix-timings.txt" 2>&1
+  tail -1 "$R/matrix-timings.txt" | tee -a "$S"
+fi
+pack
