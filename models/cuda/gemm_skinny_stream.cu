@@ -331,7 +331,6 @@ struct StreamDiagnostics {
   bool programmatic_launch = true;
   const RingInstance* ring = nullptr;  // null: "auto"
   bool proxy_fence = true;
-  size_t l2_prefetch_bytes = 0;  // BIH_GEMM_SKINNY_L2_PREFETCH_MB
 };
 const StreamDiagnostics& diagnostics() {
   static const StreamDiagnostics d = [] {
@@ -349,16 +348,6 @@ const StreamDiagnostics& diagnostics() {
     }
     const char* fence = std::getenv("BIH_GEMM_SKINNY_FENCE");
     r.proxy_fence = fence == nullptr || std::string(fence) != "0";
-    if (const char* mib = std::getenv("BIH_GEMM_SKINNY_L2_PREFETCH_MB")) {
-      const std::string value = mib;
-      char* end = nullptr;
-      const long parsed = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || parsed < 0 || parsed > 1024) {
-        throw std::invalid_argument("BIH_GEMM_SKINNY_L2_PREFETCH_MB=" + value +
-                                    ": valid values are whole MiB from 0 (no prefetch) to 1024");
-      }
-      r.l2_prefetch_bytes = static_cast<size_t>(parsed) << 20;
-    }
     return r;
   }();
   return d;
@@ -379,7 +368,7 @@ int l2_prefetch_stages(int grid, int K) {
   const int stages = K / R::kStageK;
   const int rest = stages > R::kStages ? stages - R::kStages : 0;
   const size_t grid_stage_bytes = static_cast<size_t>(grid) * R::kBoxes * R::kWeightBoxBytes;
-  const size_t fit = diagnostics().l2_prefetch_bytes / grid_stage_bytes;
+  const size_t fit = l2_prefetch_budget_bytes() / grid_stage_bytes;
   return static_cast<int>(fit < static_cast<size_t>(rest) ? fit : rest);
 }
 

@@ -109,6 +109,17 @@ __device__ __forceinline__ void prefetch_tensor_2d_l2(const void* map, int c0, i
                : "memory");
 }
 
+// Asks L2 for `bytes` (a multiple of 16) of global memory from p (16-byte aligned), in pieces of
+// at most 32 KiB: a hint, with nothing to wait for.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+  const char* at = static_cast<const char*>(p);
+  for (uint32_t done = 0; done < bytes; done += 32768u) {
+    const uint32_t piece = bytes - done < 32768u ? bytes - done : 32768u;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at + done), "r"(piece)
+                 : "memory");
+  }
+}
+
 // Barrier `id` (1..15; 0 is __syncthreads') among `threads` threads of the CTA, whole warps.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Call 1 (issue 18, stop 52): the skinny stream GEMM asking L2 for more of its weights before it
-# waits for the kernel ahead of it (BIH_GEMM_SKINNY_L2_PREFETCH_MB: the grid's budget, 0 = off),
+# Call 1 (issue 18, stop 52): the decode GEMMs (the skinny stream GEMM, the tp_invariant GEMVs)
+# asking L2 for more of their weights before they wait for the kernel ahead of them
+# (BIH_GEMM_L2_PREFETCH_MB: the grid's budget, 0 = off),
 # and the SiLU-mul fusion only under graph capture (BIH_GEMM_FUSE_SILU_MUL=graphs, against 1).
 # The fusion and skinny tests with a prefetch budget (bits must not move); the decode steps under
 # each setting, interleaved; one step's GEMMs alone with and without prefetch; the GPU matrix with
@@ -20,12 +21,12 @@ cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DBIH_CUDA=ON \
 say "build: exit $? in $(( $(date +%s) - t )) s; $(tail -1 "$R/build.log")"
 grep -E "error" "$R/build.log" | head -5 | tee -a "$S"
 t=$(date +%s)
-BIH_GEMM_SKINNY_L2_PREFETCH_MB=64 BIH_REQUIRE_GPU=1 timeout 120 build-device/bih_gpu_tests \
-  --gtest_filter='CudaSiluMulFusion.*:CudaGemm.SkinnyStream*:CudaStepChain.*' >"$R/tests-pf64.txt" 2>&1
-say "fusion, skinny stream, step chain tests (prefetch 64 MiB): exit $? in $(( $(date +%s) - t )) s; $(grep -E '^\[  (PASSED|FAILED)' "$R/tests-pf64.txt" | paste -sd' ')"
+BIH_GEMM_L2_PREFETCH_MB=64 BIH_REQUIRE_GPU=1 timeout 120 build-device/bih_gpu_tests \
+  --gtest_filter='CudaSiluMulFusion.*:CudaGemm.SkinnyStream*:CudaStepChain.*:CudaTpInvariantGemm.*' >"$R/tests-pf64.txt" 2>&1
+say "fusion, skinny stream, step chain, tp_invariant GEMM tests (prefetch 64 MiB): exit $? in $(( $(date +%s) - t )) s; $(grep -E '^\[  (PASSED|FAILED)' "$R/tests-pf64.txt" | paste -sd' ')"
 grep -E "Failure|Expected|Which is|first at|^\[  FAILED  \] [A-Z]" "$R/tests-pf64.txt" | head -12 | tee -a "$S"
 pack
-B='^BM_DecodeStep/qwen3-1.7b/tp:(1/bs:1/graph:full/kernels:(invariant|vendor)|1/bs:64/graph:full/kernels:invariant|1/bs:1/graph:none/kernels:invariant|4/bs:1/graph:full/kernels:invariant)/'
+B='^BM_DecodeStep/qwen3-1.7b/tp:(1/bs:1/graph:full/kernels:(invariant|vendor|tp_invariant)|1/bs:64/graph:full/kernels:invariant|1/bs:1/graph:none/kernels:invariant|4/bs:1/graph:full/kernels:invariant)/'
 run=0
 bench() {  # name, env...
   local name=$1; shift
@@ -41,7 +42,7 @@ bench() {  # name, env...
 }
 F1=BIH_GEMM_FUSE_SILU_MUL=1
 FG=BIH_GEMM_FUSE_SILU_MUL=graphs
-P=BIH_GEMM_SKINNY_L2_PREFETCH_MB
+P=BIH_GEMM_L2_PREFETCH_MB
 bench fused-always $F1 $P=0
 bench graphs $FG $P=0
 bench graphs-pf8 $FG $P=8
