@@ -81,8 +81,9 @@ for pf in 0 ${best:-0}; do
   say "StepGemms pf$pf: exit $?; $(grep -E '^StepGemms' "$f" | head -1 | grep -oE 'inv_ms=[^ ]+|inv_copy=[^ ]+|tpinv_ms=[^ ]+|tpinv_copy=[^ ]+|vendor_ms=[^ ]+' | paste -sd' ')"
 done
 pack
+left=$(( ${LIMIT:-580} - ($(date +%s) - start) ))
 t=$(date +%s)
-env $P=${best:-0} BIH_REQUIRE_GPU=1 timeout 150 build-device/bih_gpu_tests >"$R/gpu-tests.txt" 2>&1
+[ "$left" -gt 130 ] && env $P=${best:-0} BIH_REQUIRE_GPU=1 timeout $((left - 10)) build-device/bih_gpu_tests >"$R/gpu-tests.txt" 2>&1
 say "gpu tests (prefetch ${best:-0} MiB): exit $? in $(( $(date +%s) - t )) s; $(grep -E '^\[  (PASSED|FAILED|SKIPPED) +\] [0-9]+ test' "$R/gpu-tests.txt" | paste -sd' ')"
 grep -E "^\[  FAILED  \] [A-Z]" "$R/gpu-tests.txt" | head | tee -a "$S"
 pack
