@@ -29,8 +29,10 @@ grep -E "Failure|Expected|Which is|first at|^\[  FAILED  \] [A-Z]" "$R/tests-pf6
 pack
 B='^BM_DecodeStep/qwen3-1.7b/tp:(1/bs:1/graph:full/kernels:(invariant|vendor|tp_invariant)|1/bs:64/graph:full/kernels:invariant|1/bs:1/graph:none/kernels:invariant|4/bs:1/graph:full/kernels:invariant)/'
 run=0
-bench() {  # name, env...
+remaining() { echo $(( ${LIMIT:-580} - ($(date +%s) - start) )); }
+bench() {  # name, env...; skipped when under 40 s are left
   local name=$1; shift
+  [ "$(remaining)" -lt 40 ] && { say "bench $name skipped: $(remaining) s left"; return; }
   run=$((run + 1))
   local f="$R/bench-$run-$name.txt"
   t=$(date +%s)
@@ -75,6 +77,7 @@ PY
 say "fastest budget for the bs=1 full-graph invariant step: ${best:-0} MiB"
 run=$((run + 1))
 for pf in 0 ${best:-0}; do
+  [ "$(remaining)" -lt 40 ] && break
   run=$((run + 1))
   f="$R/bench-$run-stepgemms-pf$pf.txt"
   env $P=$pf timeout 90 build-device/bih_cuda_bench --ms=1 --benchmark_filter='^StepGemms/M=1' >"$f" 2>&1
