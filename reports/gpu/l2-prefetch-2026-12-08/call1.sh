@@ -46,14 +46,14 @@ bench() {  # name, env...; skipped when under 40 s are left
 F1=BIH_GEMM_FUSE_SILU_MUL=1
 FG=BIH_GEMM_FUSE_SILU_MUL=graphs
 P=BIH_GEMM_L2_PREFETCH_MB
-bench fused-always $F1 $P=0
 bench graphs $FG $P=0
-bench graphs-pf8 $FG $P=8
 bench graphs-pf16 $FG $P=16
+bench fused-always $F1 $P=0
+bench graphs-pf8 $FG $P=8
 bench graphs-pf32 $FG $P=32
 bench graphs $FG $P=0
-bench fused-always $F1 $P=0
 bench graphs-pf16 $FG $P=16
+bench fused-always $F1 $P=0
 bench graphs-pf32 $FG $P=32
 pack
 # The budget whose bs=1 full-graph invariant step was fastest on average (0 unless it beats no
