@@ -261,16 +261,8 @@ __global__ void __launch_bounds__(kThreads)
                            const uint16_t* __restrict__ w,  // [N, K]
                            uint16_t* __restrict__ y_bf16,   // [1, N] or null
                            float* __restrict__ y_f32,       // [1, N] or null
-                           int N, int K, int chunks, int release, uint32_t l2_bytes) {
+                           int N, int K, int chunks, int release) {
   if (release == kReleaseAtStart) ptx::allow_dependent_launch();  // BIH_STEP_PDL=2
-  const int block_columns = kThreads / (kSplit * chunks);
-  if (l2_bytes != 0 && threadIdx.x == 0) {  // this block's rows, while the kernel ahead runs
-    const int first = blockIdx.x * block_columns;
-    const size_t row_bytes = static_cast<size_t>(K) * 2;
-    const size_t mine = static_cast<size_t>(min(block_columns, N - first)) * row_bytes;
-    ptx::prefetch_l2(w + static_cast<size_t>(first) * K,
-                     static_cast<uint32_t>(mine < l2_bytes ? mine : l2_bytes));
-  }
   ptx::wait_for_prerequisites();  // launched early (programmatic_launch.cuh)
   using Piece = SplitPiece<kSplit>;
   using Word = typename Piece::Word;
@@ -279,7 +271,7 @@ __global__ void __launch_bounds__(kThreads)
   const int steps = chunk_len / kLanes;
   const int h = threadIdx.x % kSplit;  // which lanes: h * kHeld .. + kHeld - 1
   const int c = threadIdx.x / kSplit % chunks;
-  const int n = blockIdx.x * block_columns + threadIdx.x / (kSplit * chunks);
+  const int n = blockIdx.x * (kThreads / (kSplit * chunks)) + threadIdx.x / (kSplit * chunks);
   const size_t k0 = static_cast<size_t>(c) * chunk_len + h * kHeld;
   // Columns past N read column N-1 and are never stored: every warp stays whole for the trees.
   const Word* w_at = reinterpret_cast<const Word*>(w + static_cast<size_t>(min(n, N - 1)) * K + k0);
@@ -359,7 +351,7 @@ __global__ void __launch_bounds__(kT)
                                   const uint16_t* __restrict__ w,  // [N, K]
                                   uint16_t* __restrict__ y_bf16,   // [1, N] or null
                                   float* __restrict__ y_f32,       // [1, N] or null
-                                  int N, int K, int chunks, int release, uint32_t l2_bytes) {
+                                  int N, int K, int chunks, int release) {
   extern __shared__ uint4 staged[];
   const int chunk_len = K / chunks;
   const int steps = chunk_len / kLanes;
@@ -399,12 +391,6 @@ __global__ void __launch_bounds__(kT)
     ptx::cp_async_commit();
   }
   if (stages <= kP - 1 && release == kReleaseAfterLastLoad) ptx::allow_dependent_launch();
-  if (l2_bytes != 0 && t == 0) {  // this block's rows, while the kernel ahead runs
-    const int first = blockIdx.x * rows;
-    const size_t mine = static_cast<size_t>(min(rows, N - first)) * K * 2;
-    ptx::prefetch_l2(w + static_cast<size_t>(first) * K,
-                     static_cast<uint32_t>(mine < l2_bytes ? mine : l2_bytes));
-  }
   ptx::wait_for_prerequisites();
   for (int i = t; i < K / kLanes; i += kT) xs[i / steps * (steps + 1) + i % steps] = xg[i];
   float acc[1][kLanes];
@@ -434,13 +420,6 @@ __global__ void __launch_bounds__(kT)
   finish_chunk_tree<1>(acc, c, chunks, n, 0, 1, N, y_bf16, y_f32);
 }
 
-// The L2 prefetch each block of an M = 1 GEMV asks for (programmatic_launch.cuh): none unless
-// its rows start on 16 bytes, as the bulk prefetch needs.
-uint32_t l2_prefetch_bytes(const void* w, size_t block_bytes, int blocks) {
-  if (reinterpret_cast<uintptr_t>(w) % 16 != 0 || block_bytes % 16 != 0) return 0;
-  return l2_prefetch_block_bytes(block_bytes, blocks);
-}
-
 // False where the block's shared memory would exceed what the device allows (a K far beyond the
 // presets'); the caller then runs the register kernel, whose bits are the same.
 template <int kT, int kS, int kP>
@@ -461,11 +440,9 @@ bool launch_gemv_staged(const void* x, const void* w, void* y_bf16, float* y_f32
   }();
   if (bytes > static_cast<size_t>(max_bytes)) return false;
   const int rows = kT / chunks;
-  const int blocks = (N + rows - 1) / rows;
-  launch_early(chunk_tree_gemv_staged_kernel<kT, kS, kP>, dim3(blocks), dim3(kT), bytes, stream,
-               static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks, gemm_release(),
-               l2_prefetch_bytes(w, static_cast<size_t>(rows) * K * 2, blocks));
+  launch_early(chunk_tree_gemv_staged_kernel<kT, kS, kP>, dim3((N + rows - 1) / rows), dim3(kT),
+               bytes, stream, static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
+               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks, gemm_release());
   return true;
 }
 
@@ -525,11 +502,10 @@ template <int kSplit>
 void launch_gemv(const void* x, const void* w, void* y_bf16, float* y_f32, int N, int K, int chunks,
                  cudaStream_t stream) {
   const int columns_per_block = kThreads / (kSplit * chunks);
-  const int blocks = (N + columns_per_block - 1) / columns_per_block;
-  launch_early(chunk_tree_gemv_kernel<kSplit, 32>, dim3(blocks), dim3(kThreads), 0, stream,
+  launch_early(chunk_tree_gemv_kernel<kSplit, 32>,
+               dim3((N + columns_per_block - 1) / columns_per_block), dim3(kThreads), 0, stream,
                static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w),
-               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks, gemm_release(),
-               l2_prefetch_bytes(w, static_cast<size_t>(columns_per_block) * K * 2, blocks));
+               static_cast<uint16_t*>(y_bf16), y_f32, N, K, chunks, gemm_release());
 }
 
 template <int TM, int TN>

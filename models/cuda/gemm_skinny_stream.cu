@@ -120,7 +120,7 @@ template <class R, bool kSiluMul>
 __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
     skinny_stream_kernel(const __grid_constant__ CUtensorMap w_map,
                          const __grid_constant__ CUtensorMap x_map, __nv_bfloat16* __restrict__ y,
-                         int M, int N, int K, int proxy_fence, int release, int l2_stages) {
+                         int M, int N, int K, int proxy_fence, int release) {
   constexpr int kConsumers = R::kConsumers;
   constexpr int kStages = R::kStages;
   constexpr int kBoxes = R::kBoxes;
@@ -176,16 +176,6 @@ __global__ void __launch_bounds__(32 * (R::kConsumers + 1))
       for (int s = 0; s < ahead; ++s) {
         mbarrier_arrive_expect_bytes(full(s), kStageBytes);
         copy(s, true, false);
-      }
-      // The l2_stages weight stages after those go to L2 only (l2_prefetch_stages): the kernel
-      // before this one leaves the memory idle while it runs (attention, a norm).
-      const int prefetched = min(stages, ahead + l2_stages);
-      for (int s = ahead; s < prefetched; ++s) {
-        for (int box = 0; box < kBoxes; ++box) {
-          const int k0 = s * kStageK + box * kBoxK;
-          ptx::prefetch_tensor_2d_l2(&w_map, k0, row0);
-          if (kSiluMul) ptx::prefetch_tensor_2d_l2(&w_map, k0, N + row0);
-        }
       }
       ptx::wait_for_prerequisites();
       for (int s = 0; s < ahead; ++s) copy(s, false, true);
@@ -361,17 +351,6 @@ const RingInstance& ring_for(int N, int K) {
   return N / kDecode.rows > 4 * multiprocessor_count() && kWide.takes(N, K) ? kWide : kDecode;
 }
 
-// How many weight stages past the ring's first kStages each CTA asks L2 for before it waits for
-// the kernel before it: as many as the whole grid's share of the budget holds, at most the rest.
-template <class R>
-int l2_prefetch_stages(int grid, int K) {
-  const int stages = K / R::kStageK;
-  const int rest = stages > R::kStages ? stages - R::kStages : 0;
-  const size_t grid_stage_bytes = static_cast<size_t>(grid) * R::kBoxes * R::kWeightBoxBytes;
-  const size_t fit = l2_prefetch_budget_bytes() / grid_stage_bytes;
-  return static_cast<int>(fit < static_cast<size_t>(rest) ? fit : rest);
-}
-
 template <class R, bool kSiluMul>
 void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cudaStream_t stream) {
   const int weight_rows = kSiluMul ? 2 * N : N;
@@ -391,8 +370,7 @@ void launch_ring(const void* x, const void* w, void* y, int M, int N, int K, cud
   config.attrs = &early;
   config.numAttrs = diagnostics().programmatic_launch ? 1 : 0;
   cudaCheck(cudaLaunchKernelEx(&config, kernel, w_map, x_map, static_cast<__nv_bfloat16*>(y), M, N,
-                               K, diagnostics().proxy_fence ? 1 : 0, gemm_release(),
-                               l2_prefetch_stages<R>(weight_rows / R::kRows, K)));
+                               K, diagnostics().proxy_fence ? 1 : 0, gemm_release()));
 }
 
 void check_supported(const char* who, int M, int N, int K, const void* x, const void* w) {

@@ -67,34 +67,6 @@ inline int gemm_release() {
   }
 }
 
-// BIH_GEMM_L2_PREFETCH_MB, read once: how many bytes of its weights a decode GEMM launched early
-// may ask L2 for, beyond what it copies at once, before it waits for the kernel ahead of it
-// (attention or a norm, which leave the memory mostly idle). 0, the default: none.
-inline size_t l2_prefetch_budget_bytes() {
-  static const size_t bytes = [] {
-    const char* value = std::getenv("BIH_GEMM_L2_PREFETCH_MB");
-    if (value == nullptr) return size_t{0};
-    const std::string v = value;
-    char* end = nullptr;
-    const long mib = std::strtol(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || mib < 0 || mib > 1024) {
-      throw std::invalid_argument("BIH_GEMM_L2_PREFETCH_MB=" + v +
-                                  ": valid values are whole MiB from 0 (no prefetch) to 1024");
-    }
-    return static_cast<size_t>(mib) << 20;
-  }();
-  return bytes;
-}
-
-// Bytes of L2 prefetch for each of `blocks` blocks that each read `block_bytes` of weights: all
-// of them where the whole grid's fit the budget, else none (a part would be the wrong part: these
-// blocks read their rows' chunks side by side, not front to back).
-inline uint32_t l2_prefetch_block_bytes(size_t block_bytes, long blocks) {
-  const size_t budget = l2_prefetch_budget_bytes();
-  if (budget == 0 || block_bytes > (size_t{1} << 31) || block_bytes * blocks > budget) return 0;
-  return static_cast<uint32_t>(block_bytes);
-}
-
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with programmatic stream serialization
 // where step_kernels_launch_early(). The kernel must start with ptx::wait_for_prerequisites.
 template <class... Params, class... Args>

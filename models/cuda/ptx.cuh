@@ -101,25 +101,6 @@ __device__ __forceinline__ void tensor_copy_2d(uint32_t dst, const void* map, in
       : "memory");
 }
 
-// Asks L2 for the box of a 2-D tensor map at (c0 innermost, c1), nothing into shared memory: a
-// hint that the box will be copied soon, with no barrier and nothing to wait for.
-__device__ __forceinline__ void prefetch_tensor_2d_l2(const void* map, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];\n" ::"l"(map),
-               "r"(c0), "r"(c1)
-               : "memory");
-}
-
-// Asks L2 for `bytes` (a multiple of 16) of global memory from p (16-byte aligned), in pieces of
-// at most 32 KiB: a hint, with nothing to wait for.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  const char* at = static_cast<const char*>(p);
-  for (uint32_t done = 0; done < bytes; done += 32768u) {
-    const uint32_t piece = bytes - done < 32768u ? bytes - done : 32768u;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at + done), "r"(piece)
-                 : "memory");
-  }
-}
-
 // Barrier `id` (1..15; 0 is __syncthreads') among `threads` threads of the CTA, whole warps.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
