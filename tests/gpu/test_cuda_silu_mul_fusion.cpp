@@ -3,8 +3,8 @@
 //
 // Bitwise on every element, on the gate_up shape one rank of qwen3-1.7b sees at TP 1, 2, 4 and 8,
 // at every M the fused kernel takes (1..8), on every ring that takes the shape; rows past M and
-// nothing else are left as they were. CudaGemm fuses only where its skinny companion serves, and
-// says so by its return value.
+// nothing else are left as they were. CudaGemm fuses only where its skinny companion serves, by
+// default only while the stream is captured into a graph, and says so by its return value.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 

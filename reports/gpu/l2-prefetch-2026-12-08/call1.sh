@@ -7,6 +7,7 @@
 # each setting, interleaved; one step's GEMMs alone with and without the fastest budget; the GPU
 # suite and, if time is left, the GPU matrix under it (LIMIT: the seconds the call may run, 580 by
 # default).
+# It ran on 33a62d4; BIH_GEMM_L2_PREFETCH_MB left main again with 0b4efa9 (measured slower).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 start=$(date +%s)
