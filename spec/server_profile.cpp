@@ -323,11 +323,13 @@ std::vector<std::string> profile_search_dirs() {
   }
   try {
     const fs::path exe_dir = fs::path(self_executable()).parent_path();
-    for (const fs::path& d :
-         {exe_dir.parent_path() / "adapters", exe_dir.parent_path().parent_path() / "adapters",
-          exe_dir.parent_path() / "share" / "bih" / "adapters"}) {
+    for (const fs::path& d : {exe_dir / "adapters", exe_dir.parent_path() / "adapters",
+                              exe_dir.parent_path().parent_path() / "adapters",
+                              exe_dir.parent_path() / "share" / "bih" / "adapters"}) {
       std::error_code ec;
-      if (fs::is_directory(d, ec)) dirs.push_back(fs::weakly_canonical(d, ec).string());
+      if (!fs::is_directory(d, ec)) continue;
+      const std::string dir = fs::weakly_canonical(d, ec).string();
+      if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
     }
   } catch (const InfraError&) {
     // No /proc: only BIH_PROFILE_PATH is searched, and the message says so.

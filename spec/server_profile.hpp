@@ -86,7 +86,9 @@ struct ServerLaunch {
 ServerLaunch map_server_launch(const ServerProfile& p, const Scenario& s, const ServerVars& vars);
 
 // The folders searched for shipped profiles, in order: $BIH_PROFILE_PATH's (colon-separated),
-// then adapters/ beside the executable's folder and one above it (build/bih, build/tests/...).
+// then adapters/ in the executable's folder (a build folder's link to the source's, which CMake
+// makes), beside it and one above it (build/bih, build/tests/...), then ../share/bih/adapters;
+// each folder once.
 std::vector<std::string> profile_search_dirs();
 
 }  // namespace bih
